@@ -1,0 +1,112 @@
+"""The exceptions of remotetensors.
+
+Every exception raised on purpose by this package derives from :class:`RemoteTensorsError`.
+Each leaf also derives from the builtin exception a user would naturally catch, so code written
+against ``safetensors`` or plain Python (``except KeyError``, ``except FileNotFoundError``) keeps
+working. Messages name the location, what was expected and what was seen.
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class RemoteTensorsError(Exception):
+    """Root of every error raised by remotetensors."""
+
+
+class HeaderErrorKind(str, enum.Enum):
+    """Which validation rule a header broke, in the order the reference reader applies them."""
+
+    TOO_SMALL = "header too small"
+    TOO_LARGE = "header too large"
+    INVALID_LENGTH = "invalid header length"
+    INVALID_UTF8 = "invalid UTF-8 in header"
+    INVALID_JSON = "invalid JSON in header"
+    INVALID_OFFSET = "invalid offset"
+    OVERFLOW = "overflow computing buffer size"
+    MISALIGNED = "misaligned sub-byte tensor"
+    INVALID_TENSOR_INFO = "invalid shape, data type, or offset"
+    INCOMPLETE_BUFFER = "incomplete metadata, file not fully covered"
+    # bintensors only: duplicate tensor names are an error there.
+    DUPLICATE_NAME = "duplicate tensor name"
+
+
+class HeaderError(RemoteTensorsError, ValueError):
+    """A file's header is malformed; ``kind`` says which rule failed.
+
+    Attributes:
+        kind: the rule that failed, testable without parsing the message.
+        location: the file the header came from (``"<bytes>"`` when parsed from memory).
+        detail: what was seen, in words.
+    """
+
+    def __init__(self, kind: HeaderErrorKind, detail: str, *, location: str = "<bytes>") -> None:
+        self.kind = kind
+        self.detail = detail
+        self.location = location
+        super().__init__(f"{location}: {kind.value}: {detail}")
+
+    def with_location(self, location: str) -> HeaderError:
+        """Return the same error naming ``location``."""
+        return HeaderError(self.kind, self.detail, location=location)
+
+
+class TensorNotFoundError(RemoteTensorsError, KeyError):
+    """A tensor name that the file or model does not hold."""
+
+    def __init__(self, message: str, *, name: str) -> None:
+        self.name = name
+        super().__init__(message)
+
+    def __str__(self) -> str:
+        # KeyError quotes its argument; keep the message readable.
+        return str(self.args[0])
+
+
+class SliceError(RemoteTensorsError, IndexError):
+    """An index expression that ``get_slice`` cannot apply to a tensor."""
+
+
+class UnsupportedDtypeError(RemoteTensorsError, TypeError):
+    """A dtype that cannot be turned into the requested array type."""
+
+
+class FileClosedError(RemoteTensorsError, ValueError):
+    """A call on a file or model after its context was closed."""
+
+
+class FrameworkError(RemoteTensorsError, ValueError):
+    """An unknown ``framework=`` value, or a framework that is not installed."""
+
+
+class NotFoundError(RemoteTensorsError, FileNotFoundError):
+    """The location does not exist (HTTP 404, a missing object or path)."""
+
+
+class PermissionDeniedError(RemoteTensorsError, PermissionError):
+    """The server refused access (HTTP 401/403); usually a missing or wrong token."""
+
+
+class TransportError(RemoteTensorsError, OSError):
+    """The network failed and retries did not help: connect or read errors, 429 and 5xx."""
+
+
+class RequestTimeoutError(TransportError, TimeoutError):
+    """A request took longer than the configured timeout, on every attempt."""
+
+
+class BadResponseError(RemoteTensorsError, OSError):
+    """A server answered a ranged request with bytes that cannot be trusted.
+
+    For example a ``Content-Range`` that does not match the request, a body of the wrong length,
+    or a compressed body.
+    """
+
+
+class RangeNotSupportedError(BadResponseError):
+    """The server ignored ``Range`` and started sending the whole file (HTTP 200)."""
+
+
+class RemoteFileChangedError(RemoteTensorsError, OSError):
+    """The file changed between two requests (its validator, e.g. the ETag, no longer matches)."""

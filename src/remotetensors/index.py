@@ -1,0 +1,131 @@
+"""Index values: what a header says about each tensor, a file, and parameter counts.
+
+All values are frozen. Byte offsets are absolute positions in the file; ``end`` is exclusive.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from .dtypes import DType, dtype
+
+
+@dataclass(frozen=True, slots=True)
+class TensorInfo:
+    """One tensor as its file's header describes it.
+
+    Attributes:
+        name: the tensor's name.
+        dtype: the header's dtype name (``"BF16"``); :attr:`dtype_info` has bits and numpy dtype.
+        shape: the dimensions; ``()`` for a scalar.
+        start: absolute byte offset in the file of the first byte of data.
+        end: absolute byte offset one past the last byte (exclusive).
+        file: the file holding the tensor, for tensors of a sharded model; ``None`` otherwise.
+    """
+
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    start: int
+    end: int
+    file: str | None = None
+
+    @property
+    def dtype_info(self) -> DType:
+        """The dtype's table entry."""
+        return dtype(self.dtype)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of data in the file."""
+        return self.end - self.start
+
+    @property
+    def num_elements(self) -> int:
+        """Number of elements (parameters): the product of the shape, 1 for a scalar."""
+        return math.prod(self.shape)
+
+    def __repr__(self) -> str:
+        where = f", file={self.file!r}" if self.file is not None else ""
+        return (
+            f"TensorInfo({self.name!r}, {self.dtype}, shape={list(self.shape)}, "
+            f"bytes=[{self.start}, {self.end}){where})"
+        )
+
+
+def parameter_count(tensors: Iterable[TensorInfo]) -> dict[str, int]:
+    """Elements summed per dtype name, the rule the Hugging Face Hub uses for its counts.
+
+    The result is ordered by dtype name, so it prints the same way every time.
+    """
+    counts: dict[str, int] = {}
+    for info in tensors:
+        counts[info.dtype] = counts.get(info.dtype, 0) + info.num_elements
+    return dict(sorted(counts.items()))
+
+
+@dataclass(frozen=True, slots=True)
+class FileIndex:
+    """Everything a file's header says, validated.
+
+    Attributes:
+        tensors: name -> info, in data order (ascending ``start``, then ``end``).
+        metadata: the ``__metadata__`` map, or ``None`` when the header has none.
+        header_length: N, the header's length in bytes as the first 8 bytes say (padding included).
+        file_size: total size of the file in bytes.
+        format: ``"safetensors"`` or ``"bintensors"``.
+    """
+
+    tensors: Mapping[str, TensorInfo]
+    metadata: Mapping[str, str] | None
+    header_length: int
+    file_size: int
+    format: str = "safetensors"
+    _sorted_names: tuple[str, ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        # Read-only views, so a shared index cannot be changed by one of its users.
+        object.__setattr__(self, "tensors", MappingProxyType(dict(self.tensors)))
+        if self.metadata is not None:
+            object.__setattr__(self, "metadata", MappingProxyType(dict(self.metadata)))
+        object.__setattr__(self, "_sorted_names", tuple(sorted(self.tensors)))
+
+    @property
+    def data_offset(self) -> int:
+        """Absolute offset of the data buffer: 8 + N."""
+        return 8 + self.header_length
+
+    def keys(self) -> list[str]:
+        """Tensor names, sorted (like ``safetensors.safe_open.keys()``)."""
+        return list(self._sorted_names)
+
+    def offset_keys(self) -> list[str]:
+        """Tensor names in data order (like ``safetensors.safe_open.offset_keys()``)."""
+        return list(self.tensors)
+
+    def parameter_count(self) -> dict[str, int]:
+        """Elements per dtype name; see :func:`parameter_count`."""
+        return parameter_count(self.tensors.values())
+
+    @property
+    def num_parameters(self) -> int:
+        """Total number of elements over all tensors."""
+        return sum(info.num_elements for info in self.tensors.values())
+
+    @property
+    def nbytes(self) -> int:
+        """Total bytes of tensor data (the file size less the 8-byte prefix and the header)."""
+        return sum(info.nbytes for info in self.tensors.values())
+
+    def __len__(self) -> int:
+        return len(self.tensors)
+
+    def __repr__(self) -> str:
+        return (
+            f"FileIndex({self.format}, {len(self.tensors)} tensors, "
+            f"{self.num_parameters} parameters, header {self.header_length} B, "
+            f"file {self.file_size} B)"
+        )
