@@ -27,6 +27,9 @@ from .errors import SliceError
 from .index import TensorInfo
 from .ranges import ByteRange
 
+_EMPTY = object()
+"""Stands for the empty-list index ``[]``: an empty selection of the first dimension."""
+
 
 @dataclass(frozen=True, slots=True)
 class _Item:
@@ -98,12 +101,16 @@ def plan_slice(info: TensorInfo, index: Any) -> SlicePlan:
 def _as_items(index: Any) -> list[Any]:
     if isinstance(index, tuple):
         return list(index)
+    if isinstance(index, list):
+        # Only a whole index may be a list, and only the empty one: ``[]`` selects nothing of
+        # the first dimension.
+        if index:
+            raise SliceError("Non empty lists are not implemented")
+        return [_EMPTY]
     return [index]
 
 
 def _expand(items: list[Any], shape: Sequence[int]) -> list[Any]:
-    for position, item in enumerate(items):
-        _check_type(item, position)
     ellipses = sum(1 for item in items if item is Ellipsis)
     if ellipses > 1:
         raise SliceError("Only one ellipsis (...) is allowed in slice index")
@@ -115,13 +122,9 @@ def _expand(items: list[Any], shape: Sequence[int]) -> list[Any]:
 
 
 def _check_type(item: Any, position: int) -> None:
-    if item is Ellipsis or isinstance(item, slice):
+    if item is Ellipsis or item is _EMPTY or isinstance(item, slice):
         return
-    if isinstance(item, list):
-        if item:
-            raise SliceError("Non empty lists are not implemented")
-        return
-    if isinstance(item, (float, complex, str, bytes)) or item is None:
+    if isinstance(item, (float, complex, str, bytes, list)) or item is None:
         raise _unsupported(position)
     try:
         operator.index(item)
@@ -136,7 +139,9 @@ def _unsupported(position: int) -> SliceError:
 
 
 def _item(raw: Any, dim_index: int, shape: Sequence[int]) -> _Item:
-    if isinstance(raw, list):  # the empty list: an empty selection of this dimension
+    # One pass in order, as the reference; positions count in the expanded expression.
+    _check_type(raw, dim_index)
+    if raw is _EMPTY:
         return _Item(0, 0, 1, False, "0:0")
     if isinstance(raw, slice):
         return _slice_item(raw)
@@ -169,25 +174,27 @@ def _slice_item(raw: slice) -> _Item:
 
 def _check_bounds(items: list[_Item], shape: Sequence[int], expr: str) -> list[_Axis]:
     """Check items against their dimensions, from the last to the first, as the reference."""
-    axes: list[_Axis | None] = [None] * len(items)
     for i in reversed(range(len(items))):
         item, dim = items[i], shape[i]
         start = 0 if item.start is None else item.start
         if start >= dim:
             raise _out_of_bounds(expr, shape, start, i, dim)
+        if not item.is_int and item.stop is not None and item.stop > dim:
+            raise _out_of_bounds(expr, shape, item.stop - 1, i, dim)
+    axes = []
+    for i, (item, dim) in enumerate(zip(items, shape, strict=False)):
+        start = 0 if item.start is None else item.start
         if item.is_int:
-            axes[i] = _Axis(start, 1, 1, keep=False)
+            axes.append(_Axis(start, 1, 1, keep=False))
             continue
         stop = dim if item.stop is None else item.stop
-        if stop > dim:
-            raise _out_of_bounds(expr, shape, stop - 1, i, dim)
         if stop < start:
             raise SliceError(
                 f"Error during slicing {expr} with shape {list(shape)}: the slice {item.text} of "
                 f"dimension #{i} stops before it starts"
             )
-        axes[i] = _Axis(start, -(-(stop - start) // item.step), item.step, keep=True)
-    return [axis for axis in axes if axis is not None]
+        axes.append(_Axis(start, -(-(stop - start) // item.step), item.step, keep=True))
+    return axes
 
 
 def _out_of_bounds(expr: str, shape: Sequence[int], index: int, i: int, dim: int) -> SliceError:

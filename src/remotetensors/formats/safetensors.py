@@ -42,7 +42,7 @@ class _Entry:
 def describe_foreign(first_bytes: bytes) -> str:
     """A hint when the bytes look like something other than a tensor file, else ``""``."""
     head = first_bytes[:64].lstrip().lower()
-    if head.startswith(b"version https://git-lfs"):
+    if head.startswith(b"version "):  # "version https://git-lfs.github.com/spec/v1"
         return (
             " (this is a Git LFS pointer file, not the file itself: fetch it through the LFS "
             "or resolve URL)"
@@ -58,7 +58,8 @@ def header_length(prefix: bytes, *, file_size: int, location: str = "<bytes>") -
     """Read N from the first bytes of a file and check it against the file size.
 
     Args:
-        prefix: the first bytes of the file; at least 8 unless the file is shorter.
+        prefix: the first bytes of the file; at least 8 unless the file is shorter. More bytes
+            give better hints when the file is not a tensor file at all.
         file_size: total size of the file in bytes.
         location: named in error messages.
 
@@ -130,7 +131,7 @@ def parse_header(header: bytes, *, file_size: int, location: str = "<bytes>") ->
 
 def parse_file(data: bytes, *, location: str = "<bytes>") -> FileIndex:
     """Validate a whole file held in memory (``data`` is every byte of it)."""
-    n = header_length(data[:PREFIX_BYTES], file_size=len(data), location=location)
+    n = header_length(data[:64], file_size=len(data), location=location)
     header = data[PREFIX_BYTES : PREFIX_BYTES + n]
     return parse_header(header, file_size=len(data), location=location)
 

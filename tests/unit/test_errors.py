@@ -1,0 +1,85 @@
+"""One root for every exception, builtin leaves, and the public names pinned."""
+
+from __future__ import annotations
+
+import inspect
+
+import remotetensors
+import remotetensors.errors as errors_module
+from remotetensors.errors import (
+    HeaderError,
+    HeaderErrorKind,
+    RemoteTensorsError,
+    TensorNotFoundError,
+)
+
+
+def test_every_exception_subclasses_the_root() -> None:
+    exceptions = [
+        obj
+        for _, obj in inspect.getmembers(errors_module, inspect.isclass)
+        if issubclass(obj, BaseException)
+    ]
+    assert len(exceptions) > 10
+    for exc in exceptions:
+        assert issubclass(exc, RemoteTensorsError), exc
+    for name in remotetensors.__all__:
+        obj = getattr(remotetensors, name)
+        if inspect.isclass(obj) and issubclass(obj, BaseException):
+            assert issubclass(obj, RemoteTensorsError), name
+
+
+def test_leaves_subclass_the_builtin_a_user_catches() -> None:
+    assert issubclass(errors_module.HeaderError, ValueError)
+    assert issubclass(errors_module.TensorNotFoundError, KeyError)
+    assert issubclass(errors_module.SliceError, IndexError)
+    assert issubclass(errors_module.UnsupportedDtypeError, TypeError)
+    assert issubclass(errors_module.NotFoundError, FileNotFoundError)
+    assert issubclass(errors_module.PermissionDeniedError, PermissionError)
+    assert issubclass(errors_module.RequestTimeoutError, TimeoutError)
+
+
+def test_header_error_carries_its_rule_as_a_value() -> None:
+    err = HeaderError(HeaderErrorKind.OVERFLOW, "too big", location="s3://b/k")
+    assert err.kind is HeaderErrorKind.OVERFLOW
+    assert str(err) == "s3://b/k: overflow computing buffer size: too big"
+    assert err.with_location("x").location == "x"
+
+
+def test_tensor_not_found_reads_well() -> None:
+    err = TensorNotFoundError("File does not contain tensor w", name="w")
+    assert str(err) == "File does not contain tensor w"
+    assert err.name == "w"
+
+
+PUBLIC_NAMES = {
+    "DTYPES",
+    "BadResponseError",
+    "ByteRange",
+    "DType",
+    "FileClosedError",
+    "FileIndex",
+    "FrameworkError",
+    "HeaderError",
+    "HeaderErrorKind",
+    "NotFoundError",
+    "PermissionDeniedError",
+    "RangeNotSupportedError",
+    "RemoteFileChangedError",
+    "RemoteTensorsError",
+    "RequestTimeoutError",
+    "SliceError",
+    "TensorInfo",
+    "TensorNotFoundError",
+    "TransportError",
+    "UnsupportedDtypeError",
+    "__version__",
+    "parameter_count",
+}
+
+
+def test_public_names_are_pinned() -> None:
+    assert set(remotetensors.__all__) == PUBLIC_NAMES
+    assert len(remotetensors.__all__) == len(PUBLIC_NAMES)
+    for name in remotetensors.__all__:
+        assert hasattr(remotetensors, name)
