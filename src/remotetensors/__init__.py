@@ -21,12 +21,18 @@ from .errors import (
     UnsupportedDtypeError,
 )
 from .index import FileIndex, TensorInfo, parameter_count
+from .options import ReadOptions
 from .ranges import ByteRange
+from .reader import AsyncTensorFile, AsyncTensorSlice
+from .sources.http import HttpOptions
+from .sync import TensorSlice, open_async, safe_open
 
 __version__ = "0.1.0"
 
 __all__ = [
     "DTYPES",
+    "AsyncTensorFile",
+    "AsyncTensorSlice",
     "BadResponseError",
     "ByteRange",
     "DType",
@@ -35,17 +41,22 @@ __all__ = [
     "FrameworkError",
     "HeaderError",
     "HeaderErrorKind",
+    "HttpOptions",
     "NotFoundError",
     "PermissionDeniedError",
     "RangeNotSupportedError",
+    "ReadOptions",
     "RemoteFileChangedError",
     "RemoteTensorsError",
     "RequestTimeoutError",
     "SliceError",
     "TensorInfo",
     "TensorNotFoundError",
+    "TensorSlice",
     "TransportError",
     "UnsupportedDtypeError",
     "__version__",
+    "open_async",
     "parameter_count",
+    "safe_open",
 ]

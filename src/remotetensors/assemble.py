@@ -34,8 +34,7 @@ class OutputArray:
             self._storage = np.empty(dt.nbytes(self.num_elements), dtype=np.uint8)
         else:
             self._storage = np.empty(shape, dtype=dt.numpy)
-        flat: Any = self._storage.reshape(-1).view(np.uint8)
-        self.buffer = memoryview(flat)
+        self.buffer: memoryview = self._storage.reshape(-1).view(np.uint8).data
 
     @property
     def nbytes(self) -> int:

@@ -1,0 +1,106 @@
+"""Executing a read plan: concurrent single-range reads straight into their destinations.
+
+Each requested range has a destination buffer. Bytes already held in memory (the first window of
+the file) are copied from there; the rest is planned by :func:`~remotetensors.ranges.plan_reads`
+and fetched part by part, at most ``max_concurrency`` at once. A part that is exactly one
+destination's bytes is read straight into it; any other part (bridging a gap, or serving several
+requests) goes through a temporary buffer of at most ``part_size_bytes`` and is copied out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from .ranges import ByteRange, Part, plan_reads
+
+if TYPE_CHECKING:
+    from collections.abc import Coroutine, Sequence
+
+    from .options import ReadOptions
+    from .sources.base import ByteSource
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """Bytes ``range`` of the file go into ``buffer`` (of exactly ``range.length`` bytes)."""
+
+    range: ByteRange
+    buffer: memoryview
+
+
+async def fetch_into(
+    source: ByteSource,
+    targets: Sequence[Target],
+    *,
+    options: ReadOptions,
+    cached_prefix: bytes = b"",
+) -> None:
+    """Fill every target's buffer with its bytes of the file.
+
+    Args:
+        source: where the bytes come from.
+        targets: ranges and their destinations, in any order; ranges may overlap.
+        options: gap, part size and concurrency limits.
+        cached_prefix: bytes ``[0, len(cached_prefix))`` of the file, already in memory.
+
+    Raises:
+        whatever the source raises; on error, the remaining reads are cancelled.
+    """
+    held = len(cached_prefix)
+    remaining: list[Target] = []
+    for target in targets:
+        start, end = target.range.start, target.range.end
+        if start < held:
+            # Serve the part inside the window from memory; fetch only what lies beyond it.
+            cut = min(end, held)
+            target.buffer[: cut - start] = cached_prefix[start:cut]
+            if end > cut:
+                remaining.append(Target(ByteRange(cut, end), target.buffer[cut - start :]))
+        elif end > start:
+            remaining.append(target)
+    if not remaining:
+        return
+    plan = plan_reads(
+        [t.range for t in remaining],
+        max_gap_bytes=options.max_gap_bytes,
+        part_size_bytes=options.part_size_bytes,
+    )
+    limit = asyncio.Semaphore(options.max_concurrency)
+
+    async def run(part: Part) -> None:
+        async with limit:
+            await _fetch_part(source, part, remaining)
+
+    await gather_or_cancel([run(part) for part in plan.parts])
+
+
+async def gather_or_cancel(coroutines: Sequence[Coroutine[Any, Any, None]]) -> None:
+    """Run ``coroutines`` concurrently; on the first error cancel the rest, then raise it."""
+    tasks = [asyncio.ensure_future(c) for c in coroutines]
+    try:
+        await asyncio.gather(*tasks)
+    except BaseException:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
+
+
+async def _fetch_part(source: ByteSource, part: Part, targets: Sequence[Target]) -> None:
+    direct = part.direct_target
+    if direct is not None:
+        buffer = targets[direct.request].buffer
+        await source.read_into(
+            part.range.start, buffer[direct.request_offset : direct.request_offset + direct.length]
+        )
+        return
+    scratch = bytearray(part.range.length)
+    view = memoryview(scratch)
+    await source.read_into(part.range.start, view)
+    for piece in part.pieces:
+        dst = targets[piece.request].buffer
+        dst[piece.request_offset : piece.request_offset + piece.length] = view[
+            piece.part_offset : piece.part_offset + piece.length
+        ]

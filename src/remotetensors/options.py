@@ -1,0 +1,46 @@
+"""The knobs of reading, with their defaults defined once."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .ranges import DEFAULT_MAX_GAP_BYTES, DEFAULT_PART_SIZE_BYTES
+
+DEFAULT_HEADER_WINDOW_BYTES = 64 * 1024
+"""First request of a file: this many bytes. Most shard headers fit (a 7B model's shards hold
+30-60 KB of header); a longer header costs one more request for just the missing tail."""
+
+DEFAULT_MAX_CONCURRENCY = 8
+"""Requests in flight at once per file or model."""
+
+
+@dataclass(frozen=True, slots=True)
+class ReadOptions:
+    """How a file is read.
+
+    Attributes:
+        header_window_bytes: bytes fetched by the first request of a file (header and, for
+            small files, everything).
+        max_gap_bytes: largest hole between wanted byte ranges that is fetched to save a request.
+        part_size_bytes: largest single request; bigger ranges are split and fetched
+            concurrently.
+        max_concurrency: requests in flight at once.
+
+    Raises:
+        ValueError: on construction, for a non-positive size or concurrency or a negative gap.
+    """
+
+    header_window_bytes: int = DEFAULT_HEADER_WINDOW_BYTES
+    max_gap_bytes: int = DEFAULT_MAX_GAP_BYTES
+    part_size_bytes: int = DEFAULT_PART_SIZE_BYTES
+    max_concurrency: int = DEFAULT_MAX_CONCURRENCY
+
+    def __post_init__(self) -> None:
+        if self.header_window_bytes < 8:
+            raise ValueError(f"header_window_bytes must be >= 8, got {self.header_window_bytes}")
+        if self.max_gap_bytes < 0:
+            raise ValueError(f"max_gap_bytes must be >= 0, got {self.max_gap_bytes}")
+        if self.part_size_bytes <= 0:
+            raise ValueError(f"part_size_bytes must be > 0, got {self.part_size_bytes}")
+        if self.max_concurrency <= 0:
+            raise ValueError(f"max_concurrency must be > 0, got {self.max_concurrency}")

@@ -1,0 +1,224 @@
+"""The async file reader: one header window, then only the bytes a caller asks for."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from .assemble import OutputArray
+from .errors import FileClosedError, TensorNotFoundError
+from .fetch import Target, fetch_into
+from .formats.safetensors import PREFIX_BYTES, header_length, parse_header
+from .frameworks import check_framework, convert
+from .options import ReadOptions
+from .ranges import ByteRange
+from .slicing import plan_slice
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    import numpy.typing as npt
+
+    from .index import FileIndex, TensorInfo
+    from .sources.base import ByteSource
+
+
+async def read_index(source: ByteSource, options: ReadOptions) -> tuple[FileIndex, bytes]:
+    """Read and validate a file's header: one request, two when it is longer than the window.
+
+    Returns:
+        The index, and the bytes of the file already fetched (bytes ``[0, k)``), which later
+        reads reuse.
+
+    Raises:
+        HeaderError: the header is malformed (naming the location).
+        and whatever the source raises.
+    """
+    prefix = await source.open_prefix(options.header_window_bytes)
+    data = prefix.data
+    n = header_length(data, file_size=prefix.size, location=source.location)
+    needed = PREFIX_BYTES + n
+    if len(data) < needed:
+        # Only the missing tail of the header, not the whole header again.
+        data += await source.read(len(data), needed)
+    header = data[PREFIX_BYTES:needed]
+    index = parse_header(header, file_size=prefix.size, location=source.location)
+    return index, data
+
+
+class AsyncTensorFile:
+    """An open safetensors file: its validated index, and tensors fetched on demand.
+
+    Create it with :func:`remotetensors.open_async`. ``keys()``, ``offset_keys()``,
+    ``metadata()`` and ``index`` are plain; methods that fetch data are coroutines. Reads of
+    several tensors are planned together: coalesced, split and fetched concurrently.
+    """
+
+    def __init__(
+        self,
+        source: ByteSource,
+        index: FileIndex,
+        prefix: bytes,
+        *,
+        options: ReadOptions,
+        framework: str = "numpy",
+    ) -> None:
+        self._source = source
+        self._index = index
+        self._prefix = prefix
+        self._options = options
+        self._framework = check_framework(framework)
+        self._closed = False
+
+    @classmethod
+    async def open(
+        cls, source: ByteSource, *, options: ReadOptions | None = None, framework: str = "numpy"
+    ) -> AsyncTensorFile:
+        """Read the header of ``source`` and return the open file."""
+        options = options or ReadOptions()
+        check_framework(framework)
+        try:
+            index, prefix = await read_index(source, options)
+        except BaseException:
+            await source.aclose()
+            raise
+        return cls(source, index, prefix, options=options, framework=framework)
+
+    # --- what the header says ----------------------------------------------------------------
+
+    @property
+    def location(self) -> str:
+        """Where the file is, as given."""
+        return self._source.location
+
+    @property
+    def index(self) -> FileIndex:
+        """The validated header: tensors, metadata, sizes."""
+        return self._index
+
+    def keys(self) -> list[str]:
+        """Tensor names, sorted."""
+        self._check_open()
+        return self._index.keys()
+
+    def offset_keys(self) -> list[str]:
+        """Tensor names in data order."""
+        self._check_open()
+        return self._index.offset_keys()
+
+    def metadata(self) -> dict[str, str] | None:
+        """The header's ``__metadata__``, or None."""
+        self._check_open()
+        meta = self._index.metadata
+        return None if meta is None else dict(meta)
+
+    def info(self, name: str) -> TensorInfo:
+        """The header entry of tensor ``name``.
+
+        Raises:
+            TensorNotFoundError: the file has no such tensor.
+        """
+        self._check_open()
+        try:
+            return self._index.tensors[name]
+        except KeyError:
+            raise TensorNotFoundError(
+                f"File does not contain tensor {name} ({self.location})", name=name
+            ) from None
+
+    # --- data ------------------------------------------------------------------------------------
+
+    async def get_tensor(self, name: str) -> Any:
+        """Fetch one tensor: a writable C-contiguous array of its dtype and shape."""
+        return (await self.get_tensors([name]))[name]
+
+    async def get_tensors(self, names: Iterable[str] | None = None) -> dict[str, Any]:
+        """Fetch several tensors in one plan (coalesced, split, concurrent).
+
+        Args:
+            names: which tensors; all of them, in data order, when None.
+
+        Returns:
+            name -> array, in the order of ``names``.
+        """
+        wanted = list(self.offset_keys() if names is None else dict.fromkeys(names))
+        infos = [self.info(name) for name in wanted]
+        outputs = [OutputArray(info.dtype_info, info.shape) for info in infos]
+        targets = [
+            Target(ByteRange(info.start, info.end), out.buffer)
+            for info, out in zip(infos, outputs, strict=True)
+        ]
+        await self._fetch(targets)
+        return {
+            info.name: convert(out.result(), info.dtype, self._framework)
+            for info, out in zip(infos, outputs, strict=True)
+        }
+
+    async def get_tensor_bytes(self, name: str) -> npt.NDArray[np.uint8]:
+        """Fetch a tensor's bytes as stored in the file (1-D uint8; packed for F4 and F6)."""
+        info = self.info(name)
+        raw = np.empty(info.nbytes, dtype=np.uint8)
+        await self._fetch([Target(ByteRange(info.start, info.end), raw.data)])
+        return raw
+
+    def get_slice(self, name: str) -> AsyncTensorSlice:
+        """A lazy view of tensor ``name``; index it and await the result to fetch only that."""
+        return AsyncTensorSlice(self, self.info(name))
+
+    async def _read_slice(self, info: TensorInfo, index: Any) -> Any:
+        self._check_open()
+        plan = plan_slice(info, index)
+        out = OutputArray(info.dtype_info, plan.shape)
+        targets = []
+        offset = 0
+        for run in plan.runs:
+            targets.append(Target(run, out.buffer[offset : offset + run.length]))
+            offset += run.length
+        await self._fetch(targets)
+        return convert(out.result(), info.dtype, self._framework)
+
+    async def _fetch(self, targets: list[Target]) -> None:
+        self._check_open()
+        await fetch_into(self._source, targets, options=self._options, cached_prefix=self._prefix)
+
+    # --- lifetime ------------------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise FileClosedError(f"File is closed ({self.location})")
+
+    async def aclose(self) -> None:
+        """Release the source's connections; later calls raise FileClosedError."""
+        if not self._closed:
+            self._closed = True
+            await self._source.aclose()
+
+    async def __aenter__(self) -> AsyncTensorFile:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else f"{len(self._index)} tensors"
+        return f"<AsyncTensorFile {self.location} ({state})>"
+
+
+class AsyncTensorSlice:
+    """``get_slice`` of the async reader: shape and dtype at once, data on ``await view[...]``."""
+
+    def __init__(self, file: AsyncTensorFile, info: TensorInfo) -> None:
+        self._file = file
+        self._info = info
+
+    def get_shape(self) -> list[int]:
+        """The tensor's shape."""
+        return list(self._info.shape)
+
+    def get_dtype(self) -> str:
+        """The header's dtype name (``"BF16"``)."""
+        return self._info.dtype
+
+    async def __getitem__(self, index: Any) -> Any:
+        return await self._file._read_slice(self._info, index)

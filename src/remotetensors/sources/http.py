@@ -1,0 +1,425 @@
+"""HTTP(S) files read with single-range GETs on httpx, trusting only what can be checked.
+
+What this source guarantees (see ``reference/remote-io.md`` for why each rule exists):
+
+- every request sends ``Range`` and ``Accept-Encoding: identity``; only a 206 whose
+  ``Content-Range`` matches the request and whose body has exactly the asked length is used;
+- a 200 to a ranged request is abandoned at once (the connection is closed, the body not read)
+  and raises :class:`RangeNotSupportedError`, unless the caller opted in to small whole bodies;
+- redirects are followed on the first request; later requests go straight to the final URL, and
+  if that URL stops working (401/403/404/410, as an expired signed URL does) the original URL is
+  resolved once more;
+- the first response's validator (a strong ETag) is sent as ``If-Match`` on later requests and
+  every response's ETag and total size are compared with the first: a changed file raises
+  :class:`RemoteFileChangedError`, never mixes versions;
+- connect and read errors, truncated bodies, 429 and 5xx are retried with exponential backoff and
+  full jitter, honouring ``Retry-After``; a truncated body resumes from its first missing byte.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import random
+import re
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import httpx
+
+from ..errors import (
+    BadResponseError,
+    NotFoundError,
+    PermissionDeniedError,
+    RangeNotSupportedError,
+    RemoteFileChangedError,
+    RequestTimeoutError,
+    TransportError,
+)
+from .base import ByteSource, Prefix
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+_CONTENT_RANGE = re.compile(r"^\s*bytes\s+(\d+)-(\d+)/(\d+|\*)\s*$", re.IGNORECASE)
+_UNSATISFIED_RANGE = re.compile(r"^\s*bytes\s+\*/(\d+)\s*$", re.IGNORECASE)
+_RETRY_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
+_READ_CHUNK_BYTES = 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class HttpOptions:
+    """Knobs of the HTTP source. Defaults are defined here once.
+
+    Attributes:
+        connect_timeout_seconds: time to establish a connection.
+        read_timeout_seconds: longest wait for the next bytes of a response.
+        max_attempts: tries per request (the first one included) for retryable failures.
+        backoff_initial_seconds: upper bound of the first random wait; doubles per attempt.
+        backoff_max_seconds: upper bound of any single wait.
+        max_retry_after_seconds: a ``Retry-After`` longer than this fails at once instead of
+            waiting.
+        max_connections: connections kept to all hosts by a client this source creates.
+        headers: extra request headers (for example ``Authorization``).
+        accept_whole_body_below_bytes: opt-in: when a server ignores ``Range`` and the whole
+            file is smaller than this, use the whole body instead of failing. 0 (the default)
+            never accepts a whole body.
+    """
+
+    connect_timeout_seconds: float = 10.0
+    read_timeout_seconds: float = 60.0
+    max_attempts: int = 5
+    backoff_initial_seconds: float = 0.25
+    backoff_max_seconds: float = 8.0
+    max_retry_after_seconds: float = 60.0
+    max_connections: int = 32
+    headers: Mapping[str, str] = field(default_factory=dict)
+    accept_whole_body_below_bytes: int = 0
+
+    def new_client(self) -> httpx.AsyncClient:
+        """An httpx client configured with these options."""
+        return httpx.AsyncClient(
+            timeout=httpx.Timeout(self.read_timeout_seconds, connect=self.connect_timeout_seconds),
+            limits=httpx.Limits(
+                max_connections=self.max_connections,
+                max_keepalive_connections=self.max_connections,
+            ),
+            follow_redirects=True,
+        )
+
+
+class _Retry(Exception):
+    """A failure worth another attempt; ``wait_seconds`` from Retry-After when the server said."""
+
+    def __init__(self, reason: str, wait_seconds: float | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.wait_seconds = wait_seconds
+
+
+class _Reresolve(Exception):
+    """The final (redirected) URL ``url`` stopped working; resolve the original URL again."""
+
+    def __init__(self, status: int, url: str) -> None:
+        super().__init__(status)
+        self.status = status
+        self.url = url
+
+
+class HttpSource(ByteSource):
+    """One file on an HTTP(S) server that honours single byte ranges.
+
+    Args:
+        url: the file's URL; redirects from it are followed on the first request.
+        client: an httpx client to share between files; when ``None`` the source creates one
+            and closes it in :meth:`aclose`.
+        options: timeouts, retries and the other knobs of :class:`HttpOptions`.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        client: httpx.AsyncClient | None = None,
+        options: HttpOptions | None = None,
+    ) -> None:
+        self._url = url
+        self._options = options or HttpOptions()
+        self._client = client
+        self._owns_client = client is None
+        self._data_url = url
+        self._reresolved = False  # a file's redirect is resolved again at most once
+        self._size: int | None = None
+        self._etag: str | None = None
+        self._whole_body: bytes | None = None
+        self.requests_sent = 0
+        """Number of HTTP requests this source has sent (redirect hops not counted)."""
+
+    @property
+    def location(self) -> str:
+        return self._url
+
+    @property
+    def final_url(self) -> str:
+        """Where the bytes come from after redirects (the URL itself if there were none)."""
+        return self._data_url
+
+    def _http(self) -> httpx.AsyncClient:
+        if self._client is None:
+            self._client = self._options.new_client()
+        return self._client
+
+    async def aclose(self) -> None:
+        if self._owns_client and self._client is not None:
+            await self._client.aclose()
+            self._client = None
+
+    # --- the ByteSource contract --------------------------------------------------------------
+
+    async def open_prefix(self, length: int) -> Prefix:
+        if length <= 0:
+            raise ValueError(f"the prefix length must be positive, got {length}")
+        buffer = bytearray(length)
+        received = await self._fetch(0, length, memoryview(buffer), first=True)
+        del buffer[received:]
+        assert self._size is not None
+        return Prefix(bytes(buffer), self._size, self._etag)
+
+    async def read_into(self, start: int, buffer: memoryview) -> None:
+        end = start + len(buffer)
+        if self._size is None:
+            raise RuntimeError("open_prefix must be called before read_into")
+        if start < 0 or end > self._size:
+            raise ValueError(
+                f"{self._url}: bytes [{start}, {end}) lie outside the file of {self._size} bytes"
+            )
+        if not len(buffer):
+            return
+        if self._whole_body is not None:
+            buffer[:] = self._whole_body[start:end]
+            return
+        await self._fetch(start, end, buffer, first=False)
+
+    # --- requests, checks and retries -----------------------------------------------------------
+
+    async def _fetch(self, start: int, end: int, buffer: memoryview, *, first: bool) -> int:
+        """Fill ``buffer`` with bytes [start, end), resuming and retrying; returns bytes written.
+
+        On the first request ``end`` may exceed the file: the answer then stops at its end.
+        """
+        received = 0
+        attempt = 0
+        while True:
+            try:
+                got = await self._one_request(start + received, end, buffer[received:], first=first)
+                return received + got
+            except _Truncated as cut:
+                # Progress made: resume from the first missing byte with a fresh attempt budget.
+                received += cut.received
+                first = False
+                end = min(end, self._size or end)
+                if cut.received:
+                    attempt = 0
+                    continue
+                failure: _Retry = _Retry(cut.reason)
+            except _Reresolve as expired:
+                if expired.url != self._data_url:
+                    continue  # a concurrent read already resolved the URL again
+                if self._reresolved:
+                    raise self._status_error(expired.status, expired.url) from None
+                self._reresolved = True
+                self._data_url = self._url
+                continue
+            except _Retry as retry:
+                failure = retry
+            attempt += 1
+            if attempt >= self._options.max_attempts:
+                raise self._give_up(failure, attempt) from None
+            await asyncio.sleep(self._wait_seconds(attempt, failure))
+
+    def _wait_seconds(self, attempt: int, failure: _Retry) -> float:
+        if failure.wait_seconds is not None:
+            return failure.wait_seconds
+        ceiling = min(
+            self._options.backoff_max_seconds,
+            self._options.backoff_initial_seconds * 2 ** (attempt - 1),
+        )
+        return random.uniform(0, ceiling)
+
+    def _give_up(self, failure: _Retry, attempts: int) -> Exception:
+        message = f"{self._data_url}: {failure.reason} (gave up after {attempts} attempts)"
+        if "timed out" in failure.reason:
+            return RequestTimeoutError(message)
+        return TransportError(message)
+
+    def _headers(self, start: int, end: int, *, first: bool) -> dict[str, str]:
+        headers = dict(self._options.headers)
+        headers["Range"] = f"bytes={start}-{end - 1}"
+        headers["Accept-Encoding"] = "identity"
+        if not first and self._etag is not None and not self._etag.startswith("W/"):
+            headers["If-Match"] = self._etag
+        return headers
+
+    async def _one_request(self, start: int, end: int, buffer: memoryview, *, first: bool) -> int:
+        url = self._data_url
+        self.requests_sent += 1
+        try:
+            async with self._http().stream(
+                "GET", url, headers=self._headers(start, end, first=first)
+            ) as response:
+                if str(response.url) != url:
+                    self._data_url = str(response.url)
+                status = response.status_code
+                if status == 206:
+                    return await self._read_partial(response, start, end, buffer, first=first)
+                if status == 200:
+                    return await self._read_whole(response, start, end, buffer, first=first)
+                if status == 416 and first:
+                    return self._empty_file(response)
+                raise self._status_failure(response)
+        except httpx.TimeoutException as exc:
+            raise _Retry(f"request timed out ({type(exc).__name__})") from None
+        except httpx.TransportError as exc:
+            raise _Retry(f"network error: {type(exc).__name__}: {exc}") from None
+
+    def _status_failure(self, response: httpx.Response) -> Exception:
+        status = response.status_code
+        redirected = self._data_url != self._url
+        if status in _RETRY_STATUSES:
+            return _Retry(f"HTTP {status}", _retry_after(response, self._options))
+        if status == 412:
+            return RemoteFileChangedError(
+                f"{self._url}: the file changed since it was opened (HTTP 412 for If-Match "
+                f"{self._etag}); open it again to read the new version"
+            )
+        if redirected and status in (401, 403, 404, 410):
+            return _Reresolve(status, str(response.request.url))
+        return self._status_error(status, self._data_url, response)
+
+    def _status_error(
+        self, status: int, url: str, response: httpx.Response | None = None
+    ) -> Exception:
+        code = response.headers.get("X-Error-Code") if response is not None else None
+        detail = f" ({code})" if code else ""
+        if status in (404, 410):
+            return NotFoundError(f"{self._url}: not found (HTTP {status}{detail} from {url})")
+        if status in (401, 403):
+            return PermissionDeniedError(
+                f"{self._url}: access denied (HTTP {status}{detail} from {url}); a private or "
+                "gated file needs a token, e.g. an Authorization header or HF_TOKEN"
+            )
+        return BadResponseError(f"{self._url}: unexpected HTTP {status}{detail} from {url}")
+
+    def _empty_file(self, response: httpx.Response) -> int:
+        match = _UNSATISFIED_RANGE.match(response.headers.get("Content-Range", ""))
+        if match is None or int(match.group(1)) != 0:
+            raise BadResponseError(
+                f"{self._url}: HTTP 416 for bytes from 0 without 'Content-Range: bytes */0' "
+                f"(saw {response.headers.get('Content-Range')!r})"
+            )
+        self._size = 0
+        self._etag = response.headers.get("ETag")
+        return 0
+
+    def _check_identity(self, response: httpx.Response) -> None:
+        encoding = response.headers.get("Content-Encoding", "identity").strip().lower()
+        if encoding not in ("", "identity"):
+            raise BadResponseError(
+                f"{self._url}: the server sent a {encoding}-encoded body although "
+                "'Accept-Encoding: identity' was asked; its byte offsets cannot be trusted"
+            )
+
+    def _check_version(self, etag: str | None, total: int) -> None:
+        if self._size is not None and total != self._size:
+            raise RemoteFileChangedError(
+                f"{self._url}: the file changed since it was opened (size {self._size} bytes, "
+                f"now {total}); open it again to read the new version"
+            )
+        if self._etag is not None and etag is not None and etag != self._etag:
+            raise RemoteFileChangedError(
+                f"{self._url}: the file changed since it was opened (ETag {self._etag}, now "
+                f"{etag}); open it again to read the new version"
+            )
+
+    async def _read_partial(
+        self, response: httpx.Response, start: int, end: int, buffer: memoryview, *, first: bool
+    ) -> int:
+        self._check_identity(response)
+        header = response.headers.get("Content-Range", "")
+        match = _CONTENT_RANGE.match(header)
+        if match is None or match.group(3) == "*":
+            raise BadResponseError(
+                f"{self._url}: asked for bytes {start}-{end - 1}, got HTTP 206 with "
+                f"Content-Range {header!r}, which does not give the file size"
+            )
+        first_byte, last_byte, total = int(match.group(1)), int(match.group(2)), int(match.group(3))
+        self._check_version(response.headers.get("ETag"), total)
+        expected_last = min(end, total) - 1 if first else end - 1
+        if first_byte != start or last_byte != expected_last:
+            raise BadResponseError(
+                f"{self._url}: asked for bytes {start}-{end - 1}, got Content-Range {header!r} "
+                f"(expected bytes {start}-{expected_last}/{total})"
+            )
+        if first:
+            self._size = total
+            self._etag = response.headers.get("ETag")
+        length = last_byte - first_byte + 1
+        return await self._read_body(response, buffer[:length], start)
+
+    async def _read_body(self, response: httpx.Response, target: memoryview, start: int) -> int:
+        """Stream exactly ``len(target)`` body bytes into ``target``."""
+        length = len(target)
+        received = 0
+        try:
+            async for chunk in response.aiter_raw(_READ_CHUNK_BYTES):
+                size = len(chunk)
+                if received + size > length:
+                    raise BadResponseError(
+                        f"{self._url}: the body for bytes {start}-{start + length - 1} is longer "
+                        f"than the {length} bytes that Content-Range announced"
+                    )
+                target[received : received + size] = chunk
+                received += size
+        except (httpx.TransportError, httpx.TimeoutException) as exc:
+            raise _Truncated(
+                received, f"body cut after {received} of {length} bytes ({type(exc).__name__})"
+            ) from None
+        if received != length:
+            raise _Truncated(received, f"body cut after {received} of {length} bytes")
+        return received
+
+    async def _read_whole(
+        self, response: httpx.Response, start: int, end: int, buffer: memoryview, *, first: bool
+    ) -> int:
+        """A 200 to a ranged GET: the server ignored Range. Never read a large body."""
+        self._check_identity(response)
+        declared = response.headers.get("Content-Length")
+        limit = self._options.accept_whole_body_below_bytes
+        if not (first and declared is not None and declared.isdigit() and int(declared) < limit):
+            # Leaving the stream unread closes the connection: nothing more is downloaded.
+            raise RangeNotSupportedError(
+                f"{self._url}: the server ignored the Range header (HTTP 200 with the whole file"
+                f"{', ' + declared + ' bytes' if declared else ''}) when asked for bytes "
+                f"{start}-{end - 1}; it cannot serve partial reads. Use a server or URL that "
+                "supports byte ranges, or set accept_whole_body_below_bytes for small files"
+            )
+        body = bytearray(int(declared))
+        got = await self._read_body(response, memoryview(body), 0)
+        self._size = got
+        self._etag = response.headers.get("ETag")
+        self._whole_body = bytes(body)
+        count = min(end, got) - start
+        buffer[:count] = self._whole_body[start : start + count]
+        return count
+
+
+class _Truncated(Exception):
+    """A body ended early; ``received`` bytes were written before the cut."""
+
+    def __init__(self, received: int, reason: str) -> None:
+        super().__init__(reason)
+        self.received = received
+        self.reason = reason
+
+
+def _retry_after(response: httpx.Response, options: HttpOptions) -> float | None:
+    """Seconds that ``Retry-After`` asks for, or None; raises when the wait is too long."""
+    value = response.headers.get("Retry-After")
+    if value is None:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        seconds = float(value)
+    else:
+        try:
+            when = email.utils.parsedate_to_datetime(value)
+        except (TypeError, ValueError):
+            return None
+        seconds = max(0.0, when.timestamp() - time.time())
+    if seconds > options.max_retry_after_seconds:
+        raise TransportError(
+            f"{response.url}: HTTP {response.status_code}, and the server asks to retry after "
+            f"{seconds:.0f} s, more than max_retry_after_seconds={options.max_retry_after_seconds}"
+        )
+    return seconds

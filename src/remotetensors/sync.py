@@ -1,0 +1,226 @@
+"""The one sync bridge, and the sync facade over the async reader.
+
+Every sync call is one call of its async twin on a single event loop that runs on a daemon
+thread (the approach of fsspec and zarr). It never touches the caller's loop, so it works inside
+Jupyter and other code that already runs a loop, and from many threads at once. Ctrl-C in the
+waiting thread cancels the work in flight.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from .options import ReadOptions
+from .reader import AsyncTensorFile
+from .sources.resolve import open_source
+
+if TYPE_CHECKING:
+    from collections.abc import Coroutine, Iterable
+
+    import numpy as np
+    import numpy.typing as npt
+
+    from .index import FileIndex
+    from .reader import AsyncTensorSlice
+    from .sources.http import HttpOptions
+
+T = TypeVar("T")
+
+_lock = threading.Lock()
+_loop: asyncio.AbstractEventLoop | None = None
+_thread: threading.Thread | None = None
+
+
+def _bridge_loop() -> asyncio.AbstractEventLoop:
+    global _loop, _thread
+    with _lock:
+        if _loop is None or _thread is None or not _thread.is_alive():
+            loop = asyncio.new_event_loop()
+            thread = threading.Thread(target=loop.run_forever, name="remotetensors-io", daemon=True)
+            thread.start()
+            _loop, _thread = loop, thread
+        return _loop
+
+
+def run_sync(coroutine: Coroutine[Any, Any, T]) -> T:
+    """Run ``coroutine`` on the bridge loop and wait for its result in this thread.
+
+    Raises:
+        whatever the coroutine raises; KeyboardInterrupt cancels it first.
+        RuntimeError: when called from the bridge loop itself (that would deadlock).
+    """
+    loop = _bridge_loop()
+    if threading.current_thread() is _thread:
+        coroutine.close()
+        raise RuntimeError("a sync remotetensors call was made on its own IO thread; await it")
+    future = asyncio.run_coroutine_threadsafe(coroutine, loop)
+    try:
+        return future.result()
+    except KeyboardInterrupt:
+        future.cancel()
+        raise
+
+
+async def open_file_async(
+    location: str | os.PathLike[str],
+    *,
+    framework: str = "numpy",
+    options: ReadOptions | None = None,
+    http_options: HttpOptions | None = None,
+) -> AsyncTensorFile:
+    """Open a file and read its header (the coroutine behind ``open_async``)."""
+    source = open_source(location, http_options=http_options)
+    return await AsyncTensorFile.open(source, options=options, framework=framework)
+
+
+class open_async:  # named like a function: it is used as one
+    """Open a tensor file for async use.
+
+    ``async with open_async(url) as f: array = await f.get_tensor("embed")``
+
+    Once entered (or awaited), the header has been read: ``keys()``, ``offset_keys()``,
+    ``metadata()`` and ``index`` are plain; the methods that fetch data are coroutines.
+
+    Args:
+        location: an ``http(s)://`` URL, a ``file://`` URL or a local path.
+        framework: ``"numpy"`` (or ``"np"``) or ``"pt"`` (torch tensors; needs torch).
+        options: header window, coalescing gap, part size and concurrency.
+        http_options: timeouts, retries, headers of the HTTP source.
+    """
+
+    def __init__(
+        self,
+        location: str | os.PathLike[str],
+        *,
+        framework: str = "numpy",
+        options: ReadOptions | None = None,
+        http_options: HttpOptions | None = None,
+    ) -> None:
+        self._location = location
+        self._framework = framework
+        self._options = options
+        self._http_options = http_options
+        self._file: AsyncTensorFile | None = None
+
+    def _opening(self) -> Coroutine[Any, Any, AsyncTensorFile]:
+        return open_file_async(
+            self._location,
+            framework=self._framework,
+            options=self._options,
+            http_options=self._http_options,
+        )
+
+    def __await__(self) -> Any:
+        return self._opening().__await__()
+
+    async def __aenter__(self) -> AsyncTensorFile:
+        self._file = await self._opening()
+        return self._file
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._file is not None:
+            await self._file.aclose()
+
+
+class safe_open:  # safetensors' name for it, so that one import changes
+    """Open a tensor file where it lives; the surface of ``safetensors.safe_open``.
+
+    ``with safe_open("https://host/model.safetensors", framework="numpy") as f:`` reads the
+    header (one request when it fits the first window) and then fetches only the tensors asked
+    for. Works in scripts, threads and Jupyter alike.
+
+    Args:
+        location: an ``http(s)://`` URL, a ``file://`` URL or a local path.
+        framework: ``"numpy"`` (or ``"np"``) or ``"pt"`` (torch tensors; needs torch).
+        device: accepted for compatibility; only ``"cpu"``.
+        options: header window, coalescing gap, part size and concurrency.
+        http_options: timeouts, retries, headers of the HTTP source.
+
+    Raises:
+        NotFoundError, PermissionDeniedError, HeaderError, TransportError, …: all subclasses of
+        RemoteTensorsError.
+    """
+
+    def __init__(
+        self,
+        location: str | os.PathLike[str],
+        framework: str = "numpy",
+        device: str = "cpu",
+        *,
+        options: ReadOptions | None = None,
+        http_options: HttpOptions | None = None,
+    ) -> None:
+        if device != "cpu":
+            raise ValueError(f"only device='cpu' is supported, got {device!r}")
+        self._file = run_sync(
+            open_file_async(
+                location, framework=framework, options=options, http_options=http_options
+            )
+        )
+
+    @property
+    def index(self) -> FileIndex:
+        """The validated header: TensorInfo per name, header length, file size."""
+        return self._file.index
+
+    def keys(self) -> list[str]:
+        """Tensor names, sorted."""
+        return self._file.keys()
+
+    def offset_keys(self) -> list[str]:
+        """Tensor names in data order."""
+        return self._file.offset_keys()
+
+    def metadata(self) -> dict[str, str] | None:
+        """The header's ``__metadata__``, or None."""
+        return self._file.metadata()
+
+    def get_tensor(self, name: str) -> Any:
+        """Fetch one tensor (only its bytes cross the network)."""
+        return run_sync(self._file.get_tensor(name))
+
+    def get_tensors(self, names: Iterable[str] | None = None) -> dict[str, Any]:
+        """Fetch several tensors in one coalesced, concurrent plan; all of them when None."""
+        return run_sync(self._file.get_tensors(names))
+
+    def get_tensor_bytes(self, name: str) -> npt.NDArray[np.uint8]:
+        """A tensor's bytes as stored (1-D uint8; packed for F4 and F6)."""
+        return run_sync(self._file.get_tensor_bytes(name))
+
+    def get_slice(self, name: str) -> TensorSlice:
+        """A lazy view: ``f.get_slice("embed")[1000:2000]`` fetches only those rows."""
+        return TensorSlice(self._file.get_slice(name))
+
+    def close(self) -> None:
+        """Release connections; later calls raise FileClosedError ("File is closed")."""
+        run_sync(self._file.aclose())
+
+    def __enter__(self) -> safe_open:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return repr(self._file).replace("AsyncTensorFile", "safe_open", 1)
+
+
+class TensorSlice:
+    """``get_slice`` result: ``get_shape()``, ``get_dtype()``, and ``[...]`` to fetch."""
+
+    def __init__(self, view: AsyncTensorSlice) -> None:
+        self._view = view
+
+    def get_shape(self) -> list[int]:
+        """The tensor's shape."""
+        return self._view.get_shape()
+
+    def get_dtype(self) -> str:
+        """The header's dtype name."""
+        return self._view.get_dtype()
+
+    def __getitem__(self, index: Any) -> Any:
+        return run_sync(self._view[index])

@@ -1,0 +1,275 @@
+"""Loopback HTTP servers for the tests, each on a free port in a thread of its own.
+
+- :func:`static_server`: aiohttp's own static file handler, a range-capable server we did not
+  write, with a request log.
+- :class:`FaultyServer`: serves in-memory files with correct single ranges, ETags and If-Match,
+  and misbehaves on demand (ignores Range, wrong Content-Range, short bodies, dropped
+  connections, 429/503, gzip, expiring redirects, files that change).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import hashlib
+import re
+import threading
+from collections import deque
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+
+@dataclass
+class Entry:
+    """One request as the server saw it."""
+
+    path: str
+    range: str | None
+    status: int
+    sent_bytes: int
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+class Log:
+    """Requests seen by a server (thread-safe enough for the tests: appends only)."""
+
+    def __init__(self) -> None:
+        self.entries: list[Entry] = []
+
+    def clear(self) -> None:
+        self.entries.clear()
+
+    def for_path(self, fragment: str) -> list[Entry]:
+        return [e for e in self.entries if fragment in e.path]
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(e.sent_bytes for e in self.entries)
+
+    def ranges(self, fragment: str = "") -> list[tuple[int, int]]:
+        """(start, end exclusive) of each ranged request whose path holds ``fragment``."""
+        result = []
+        for entry in self.for_path(fragment):
+            match = re.match(r"bytes=(\d+)-(\d+)", entry.range or "")
+            if match:
+                result.append((int(match.group(1)), int(match.group(2)) + 1))
+        return result
+
+
+class _Running:
+    def __init__(self, app: web.Application) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.ready = threading.Event()
+        self.port = 0
+        self._app = app
+        self._runner: web.AppRunner | None = None
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+        if not self.ready.wait(10):
+            raise RuntimeError("test server did not start")
+
+    def _serve(self) -> None:
+        asyncio.set_event_loop(self.loop)
+
+        async def start() -> None:
+            self._runner = web.AppRunner(self._app, access_log=None)
+            await self._runner.setup()
+            site = web.TCPSite(self._runner, "127.0.0.1", 0)
+            await site.start()
+            server = site._server
+            assert server is not None
+            self.port = server.sockets[0].getsockname()[1]  # type: ignore[attr-defined]
+            self.ready.set()
+
+        self.loop.run_until_complete(start())
+        self.loop.run_forever()
+
+    def stop(self) -> None:
+        async def cleanup() -> None:
+            if self._runner is not None:
+                await self._runner.cleanup()
+
+        asyncio.run_coroutine_threadsafe(cleanup(), self.loop).result(10)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+        self.loop.close()
+
+
+@contextmanager
+def static_server(root: Path) -> Iterator[tuple[str, Log]]:
+    """aiohttp's static file handler serving ``root``; yields (base URL, log)."""
+    log = Log()
+
+    @web.middleware
+    async def record(request: web.Request, handler: Callable[[web.Request], Any]) -> Any:
+        response = await handler(request)
+        entry = Entry(request.path, request.headers.get("Range"), response.status, 0)
+        log.entries.append(entry)
+        # FileResponse sets Content-Length when it prepares; read it after the fact.
+        length = response.headers.get("Content-Length") if hasattr(response, "headers") else None
+        entry.sent_bytes = int(length) if length and length.isdigit() else 0
+        return response
+
+    async def on_prepare(request: web.Request, response: web.StreamResponse) -> None:
+        length = response.headers.get("Content-Length")
+        if log.entries and log.entries[-1].path == request.path:
+            log.entries[-1].status = response.status
+            log.entries[-1].sent_bytes = int(length) if length else 0
+
+    app = web.Application(middlewares=[record])
+    app.on_response_prepare.append(on_prepare)
+    app.router.add_static("/", root)
+    running = _Running(app)
+    try:
+        yield f"http://127.0.0.1:{running.port}", log
+    finally:
+        running.stop()
+
+
+Fault = str
+"""One of: ignore-range, wrong-content-range, short-body, drop, 429, 503, gzip, no-total,
+extra-bytes, stale-etag."""
+
+
+class FaultyServer:
+    """In-memory files with correct range semantics, and faults queued per path.
+
+    Paths:
+        ``/f/NAME``: the file NAME.
+        ``/redirect/NAME``: 302 to ``/cdn/NAME?sig=K``; a signature works until :meth:`expire`.
+    """
+
+    def __init__(self) -> None:
+        self.files: dict[str, bytes] = {}
+        self.faults: dict[str, deque[Fault]] = {}
+        self.log = Log()
+        self.retry_after = "1"
+        self.honour_if_match = True
+        self.gzip_when_offered = False
+        self._signature = 0
+        self.redirects = 0
+        app = web.Application()
+        app.router.add_get("/f/{name:.+}", self._serve_file)
+        app.router.add_get("/redirect/{name:.+}", self._redirect)
+        app.router.add_get("/cdn/{name:.+}", self._cdn)
+        self._running = _Running(app)
+        self.url = f"http://127.0.0.1:{self._running.port}"
+
+    def stop(self) -> None:
+        self._running.stop()
+
+    def put(self, name: str, data: bytes) -> str:
+        """Serve ``data`` as NAME; returns its URL."""
+        self.files[name] = data
+        return f"{self.url}/f/{name}"
+
+    def fault(self, name: str, *faults: Fault) -> None:
+        """Apply ``faults`` to the next requests of NAME, one per request."""
+        self.faults.setdefault(name, deque()).extend(faults)
+
+    def expire(self) -> None:
+        """Make every signed CDN URL handed out so far stop working (HTTP 403)."""
+        self._signature += 1
+
+    @staticmethod
+    def etag(data: bytes) -> str:
+        return '"' + hashlib.sha1(data).hexdigest()[:16] + '"'
+
+    async def _redirect(self, request: web.Request) -> web.StreamResponse:
+        name = request.match_info["name"]
+        self.redirects += 1
+        self.log.entries.append(Entry(request.path, request.headers.get("Range"), 302, 0))
+        raise web.HTTPFound(f"/cdn/{name}?sig={self._signature}")
+
+    async def _cdn(self, request: web.Request) -> web.StreamResponse:
+        if request.query.get("sig") != str(self._signature):
+            self.log.entries.append(Entry(request.path, request.headers.get("Range"), 403, 0))
+            return web.Response(status=403, text="signature expired")
+        return await self._serve_file(request)
+
+    async def _serve_file(self, request: web.Request) -> web.StreamResponse:
+        name = request.match_info["name"]
+        rng = request.headers.get("Range")
+        entry = Entry(request.path, rng, 0, 0, dict(request.headers))
+        self.log.entries.append(entry)
+        if name not in self.files:
+            entry.status = 404
+            return web.Response(status=404, text="no such file")
+        data = self.files[name]
+        etag = self.etag(data)
+        queue = self.faults.get(name)
+        fault = queue.popleft() if queue else None
+        if fault in ("429", "503"):
+            entry.status = int(fault)
+            return web.Response(status=int(fault), headers={"Retry-After": self.retry_after})
+        if_match = request.headers.get("If-Match")
+        if self.honour_if_match and if_match is not None and if_match != etag:
+            entry.status = 412
+            return web.Response(status=412)
+        match = re.fullmatch(r"bytes=(\d+)-(\d*)", rng or "")
+        if fault == "ignore-range" or match is None:
+            return await self._send(request, entry, 200, data, {"ETag": etag})
+        start = int(match.group(1))
+        last = min(int(match.group(2)) if match.group(2) else len(data) - 1, len(data) - 1)
+        if start >= len(data):
+            entry.status = 416
+            return web.Response(status=416, headers={"Content-Range": f"bytes */{len(data)}"})
+        body = data[start : last + 1]
+        total: str = str(len(data))
+        if fault == "no-total":
+            total = "*"
+        shown_start, shown_last = start, last
+        if fault == "wrong-content-range":
+            shown_start, shown_last = start + 1, last + 1
+        headers = {"Content-Range": f"bytes {shown_start}-{shown_last}/{total}", "ETag": etag}
+        if fault == "stale-etag":
+            headers["ETag"] = '"something-else"'
+        if fault == "gzip" or (
+            self.gzip_when_offered and "gzip" in request.headers.get("Accept-Encoding", "")
+        ):
+            body = gzip.compress(body)
+            headers["Content-Encoding"] = "gzip"
+        if fault == "extra-bytes":
+            body = body + b"EXTRA"
+            headers["Content-Length"] = str(len(body))
+            return await self._send(request, entry, 206, body, headers, declared=len(body))
+        if fault in ("short-body", "drop"):
+            # Announce the full length, send half, then cut the connection.
+            return await self._send(request, entry, 206, body, headers, cut_at=len(body) // 2)
+        return await self._send(request, entry, 206, body, headers)
+
+    async def _send(
+        self,
+        request: web.Request,
+        entry: Entry,
+        status: int,
+        body: bytes,
+        headers: dict[str, str],
+        *,
+        cut_at: int | None = None,
+        declared: int | None = None,
+    ) -> web.StreamResponse:
+        entry.status = status
+        response = web.StreamResponse(status=status, headers=headers)
+        response.content_length = declared if declared is not None else len(body)
+        await response.prepare(request)
+        end = len(body) if cut_at is None else cut_at
+        chunk = 256 * 1024
+        try:
+            for offset in range(0, end, chunk):
+                piece = body[offset : min(end, offset + chunk)]
+                await response.write(piece)
+                entry.sent_bytes += len(piece)
+        except (ConnectionResetError, ConnectionError, asyncio.CancelledError):
+            return response
+        if cut_at is not None:
+            assert request.transport is not None
+            request.transport.close()
+            return response
+        await response.write_eof()
+        return response
