@@ -77,7 +77,7 @@ class _Running:
         asyncio.set_event_loop(self.loop)
 
         async def start() -> None:
-            self._runner = web.AppRunner(self._app, access_log=None)
+            self._runner = web.AppRunner(self._app, access_log=None, shutdown_timeout=0.5)
             await self._runner.setup()
             site = web.TCPSite(self._runner, "127.0.0.1", 0)
             await site.start()
@@ -132,8 +132,8 @@ def static_server(root: Path) -> Iterator[tuple[str, Log]]:
 
 
 Fault = str
-"""One of: ignore-range, wrong-content-range, short-body, drop, 429, 503, gzip, no-total,
-extra-bytes, stale-etag."""
+"""One of: an HTTP status ("429", "503", "401", ...), ignore-range, wrong-content-range,
+short-body, drop, gzip, no-total, extra-bytes, stale-etag, stall."""
 
 
 class FaultyServer:
@@ -204,9 +204,12 @@ class FaultyServer:
         etag = self.etag(data)
         queue = self.faults.get(name)
         fault = queue.popleft() if queue else None
-        if fault in ("429", "503"):
+        if fault is not None and fault.isdigit():
             entry.status = int(fault)
-            return web.Response(status=int(fault), headers={"Retry-After": self.retry_after})
+            headers = {"Retry-After": self.retry_after} if fault in ("429", "503") else {}
+            return web.Response(status=int(fault), headers=headers, text=f"fault {fault}")
+        if fault == "stall":
+            await asyncio.sleep(5)
         if_match = request.headers.get("If-Match")
         if self.honour_if_match and if_match is not None and if_match != etag:
             entry.status = 412

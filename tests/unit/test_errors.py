@@ -75,6 +75,13 @@ PUBLIC_NAMES = {
     "UnsupportedDtypeError",
     "__version__",
     "parameter_count",
+    "AsyncTensorFile",
+    "AsyncTensorSlice",
+    "HttpOptions",
+    "ReadOptions",
+    "TensorSlice",
+    "open_async",
+    "safe_open",
 }
 
 

@@ -45,7 +45,6 @@ if TYPE_CHECKING:
 _CONTENT_RANGE = re.compile(r"^\s*bytes\s+(\d+)-(\d+)/(\d+|\*)\s*$", re.IGNORECASE)
 _UNSATISFIED_RANGE = re.compile(r"^\s*bytes\s+\*/(\d+)\s*$", re.IGNORECASE)
 _RETRY_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
-_READ_CHUNK_BYTES = 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -352,7 +351,7 @@ class HttpSource(ByteSource):
         length = len(target)
         received = 0
         try:
-            async for chunk in response.aiter_raw(_READ_CHUNK_BYTES):
+            async for chunk in response.aiter_raw():
                 size = len(chunk)
                 if received + size > length:
                     raise BadResponseError(
