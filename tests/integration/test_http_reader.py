@@ -24,6 +24,15 @@ from tests.unit.test_safetensors_format import every_writable_dtype
 FAST = rt.HttpOptions(backoff_initial_seconds=0.01, backoff_max_seconds=0.05)
 
 
+@pytest.fixture(autouse=True, params=["direct", "httpx"])
+def data_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Run every test with data bodies read directly into arrays, and through httpx alone."""
+    if request.param == "httpx":
+        # A configured proxy turns the direct reader off; pretend there is one.
+        monkeypatch.setattr("remotetensors.sources.http._proxy_configured", lambda: True)
+    return str(request.param)
+
+
 def model_bytes(layers: int = 4, rows: int = 256, cols: int = 64) -> tuple[bytes, dict[str, Any]]:
     rng = np.random.default_rng(7)
     tensors: dict[str, Any] = {"embed": rng.standard_normal((rows * 4, cols)).astype(np.float32)}
@@ -379,6 +388,18 @@ def test_timeouts_are_configurable_and_name_the_url(
     with pytest.raises(rt.RequestTimeoutError, match="timed out") as err:
         rt.safe_open(url, http_options=options)
     assert isinstance(err.value, TimeoutError)
+    assert url in str(err.value)
+
+
+def test_stalled_data_reads_time_out(
+    model_on_faulty: tuple[FaultyServer, str, dict[str, Any]],
+) -> None:
+    server, url, _ = model_on_faulty
+    options = rt.HttpOptions(read_timeout_seconds=0.2, max_attempts=2, backoff_initial_seconds=0)
+    with rt.safe_open(url, options=SMALL_WINDOW, http_options=options) as f:
+        server.fault("m.safetensors", "stall", "stall")
+        with pytest.raises(rt.RequestTimeoutError, match="timed out") as err:
+            f.get_tensor("embed")
     assert url in str(err.value)
 
 

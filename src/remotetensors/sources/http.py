@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
+import os
 import random
 import re
 import time
@@ -38,6 +39,7 @@ from ..errors import (
     TransportError,
 )
 from .base import ByteSource, Prefix
+from .rawhttp import RawConnectionError, RawRangeClient, RawTimeoutError
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -64,6 +66,11 @@ class HttpOptions:
         accept_whole_body_below_bytes: opt-in: when a server ignores ``Range`` and the whole
             file is smaller than this, use the whole body instead of failing. 0 (the default)
             never accepts a whole body.
+        direct_reads: read the bodies of data requests with the built-in HTTP/1.1 reader
+            (:mod:`.rawhttp`), which receives them straight into the destination array; httpx
+            copies every 64 KiB piece and runs at a fraction of the speed. The first request
+            of a file (redirects, errors) always goes through httpx, and so does everything
+            when a proxy is configured in the environment.
     """
 
     connect_timeout_seconds: float = 10.0
@@ -75,6 +82,7 @@ class HttpOptions:
     max_connections: int = 32
     headers: Mapping[str, str] = field(default_factory=dict)
     accept_whole_body_below_bytes: int = 0
+    direct_reads: bool = True
 
     def new_client(self) -> httpx.AsyncClient:
         """An httpx client configured with these options."""
@@ -132,6 +140,8 @@ class HttpSource(ByteSource):
         self._size: int | None = None
         self._etag: str | None = None
         self._whole_body: bytes | None = None
+        self._verified = False  # _data_url answered a ranged GET itself (no redirect pending)
+        self._raw: RawRangeClient | None = None
         self.requests_sent = 0
         """Number of HTTP requests this source has sent (redirect hops not counted)."""
 
@@ -153,6 +163,21 @@ class HttpSource(ByteSource):
         if self._owns_client and self._client is not None:
             await self._client.aclose()
             self._client = None
+        if self._raw is not None:
+            await self._raw.aclose()
+            self._raw = None
+
+    def _direct(self) -> RawRangeClient | None:
+        """The direct reader, when it may serve the next data request."""
+        if not (self._options.direct_reads and self._verified) or _proxy_configured():
+            return None
+        if self._raw is None:
+            self._raw = RawRangeClient(
+                connect_timeout_seconds=self._options.connect_timeout_seconds,
+                read_timeout_seconds=self._options.read_timeout_seconds,
+                max_idle_per_host=self._options.max_connections,
+            )
+        return self._raw
 
     # --- the ByteSource contract --------------------------------------------------------------
 
@@ -209,6 +234,7 @@ class HttpSource(ByteSource):
                     raise self._status_error(expired.status, expired.url) from None
                 self._reresolved = True
                 self._data_url = self._url
+                self._verified = False
                 continue
             except _Retry as retry:
                 failure = retry
@@ -241,6 +267,9 @@ class HttpSource(ByteSource):
         return headers
 
     async def _one_request(self, start: int, end: int, buffer: memoryview, *, first: bool) -> int:
+        direct = None if first else self._direct()
+        if direct is not None:
+            return await self._one_direct_request(direct, start, end, buffer)
         url = self._data_url
         self.requests_sent += 1
         try:
@@ -251,35 +280,84 @@ class HttpSource(ByteSource):
                     self._data_url = str(response.url)
                 status = response.status_code
                 if status == 206:
-                    return await self._read_partial(response, start, end, buffer, first=first)
+                    received = await self._read_partial(response, start, end, buffer, first=first)
+                    self._verified = True
+                    return received
                 if status == 200:
                     return await self._read_whole(response, start, end, buffer, first=first)
                 if status == 416 and first:
                     return self._empty_file(response)
-                raise self._status_failure(response)
+                raise self._status_failure(status, response.headers, str(response.request.url))
         except httpx.TimeoutException as exc:
             raise _Retry(f"request timed out ({type(exc).__name__})") from None
         except httpx.TransportError as exc:
             raise _Retry(f"network error: {type(exc).__name__}: {exc}") from None
 
-    def _status_failure(self, response: httpx.Response) -> Exception:
-        status = response.status_code
+    async def _one_direct_request(
+        self, direct: RawRangeClient, start: int, end: int, buffer: memoryview
+    ) -> int:
+        url = self._data_url
+        self.requests_sent += 1
+        problems: list[Exception] = []
+
+        def accept(status: int, headers: httpx.Headers) -> bool:
+            if status != 206:
+                return False
+            try:
+                self._check_partial(headers, start, end, first=False)
+            except Exception as exc:
+                problems.append(exc)
+                return False
+            return True
+
+        try:
+            answer = await direct.get_into(
+                url, self._headers(start, end, first=False), buffer, accept
+            )
+        except RawTimeoutError as exc:
+            if exc.received:
+                raise _Truncated(exc.received, f"body stalled after {exc.received} bytes") from None
+            raise _Retry(f"request timed out ({exc})") from None
+        except RawConnectionError as exc:
+            if exc.received:
+                raise _Truncated(exc.received, f"body cut: {exc}") from None
+            raise _Retry(f"network error: {exc}") from None
+        if problems:
+            raise problems[0]
+        status, headers = answer.status, answer.headers
+        if status == 206 and answer.body_read:
+            return answer.received
+        if status == 206:
+            raise BadResponseError(
+                f"{self._url}: the body announced for bytes {start}-{end - 1} "
+                f"(Content-Length {headers.get('Content-Length')}, Transfer-Encoding "
+                f"{headers.get('Transfer-Encoding')}) is longer than or differs from the "
+                f"{end - start} bytes that Content-Range announced"
+            )
+        if status == 200:
+            raise self._range_ignored(headers.get("Content-Length"), start, end)
+        if 300 <= status < 400:
+            self._verified = False  # the URL moved: let httpx follow it
+            raise _Retry(f"HTTP {status} redirect from a resolved URL", 0.0)
+        raise self._status_failure(status, headers, url)
+
+    def _status_failure(self, status: int, headers: httpx.Headers, url: str) -> Exception:
         redirected = self._data_url != self._url
         if status in _RETRY_STATUSES:
-            return _Retry(f"HTTP {status}", _retry_after(response, self._options))
+            return _Retry(f"HTTP {status}", _retry_after(status, headers, url, self._options))
         if status == 412:
             return RemoteFileChangedError(
                 f"{self._url}: the file changed since it was opened (HTTP 412 for If-Match "
                 f"{self._etag}); open it again to read the new version"
             )
         if redirected and status in (401, 403, 404, 410):
-            return _Reresolve(status, str(response.request.url))
-        return self._status_error(status, self._data_url, response)
+            return _Reresolve(status, url)
+        return self._status_error(status, url, headers)
 
     def _status_error(
-        self, status: int, url: str, response: httpx.Response | None = None
+        self, status: int, url: str, headers: httpx.Headers | None = None
     ) -> Exception:
-        code = response.headers.get("X-Error-Code") if response is not None else None
+        code = headers.get("X-Error-Code") if headers is not None else None
         detail = f" ({code})" if code else ""
         if status in (404, 410):
             return NotFoundError(f"{self._url}: not found (HTTP {status}{detail} from {url})")
@@ -301,8 +379,8 @@ class HttpSource(ByteSource):
         self._etag = response.headers.get("ETag")
         return 0
 
-    def _check_identity(self, response: httpx.Response) -> None:
-        encoding = response.headers.get("Content-Encoding", "identity").strip().lower()
+    def _check_identity(self, headers: httpx.Headers) -> None:
+        encoding = headers.get("Content-Encoding", "identity").strip().lower()
         if encoding not in ("", "identity"):
             raise BadResponseError(
                 f"{self._url}: the server sent a {encoding}-encoded body although "
@@ -321,11 +399,10 @@ class HttpSource(ByteSource):
                 f"{etag}); open it again to read the new version"
             )
 
-    async def _read_partial(
-        self, response: httpx.Response, start: int, end: int, buffer: memoryview, *, first: bool
-    ) -> int:
-        self._check_identity(response)
-        header = response.headers.get("Content-Range", "")
+    def _check_partial(self, headers: httpx.Headers, start: int, end: int, *, first: bool) -> int:
+        """Check a 206's headers against the request; returns the body length to expect."""
+        self._check_identity(headers)
+        header = headers.get("Content-Range", "")
         match = _CONTENT_RANGE.match(header)
         if match is None or match.group(3) == "*":
             raise BadResponseError(
@@ -333,7 +410,7 @@ class HttpSource(ByteSource):
                 f"Content-Range {header!r}, which does not give the file size"
             )
         first_byte, last_byte, total = int(match.group(1)), int(match.group(2)), int(match.group(3))
-        self._check_version(response.headers.get("ETag"), total)
+        self._check_version(headers.get("ETag"), total)
         expected_last = min(end, total) - 1 if first else end - 1
         if first_byte != start or last_byte != expected_last:
             raise BadResponseError(
@@ -342,8 +419,13 @@ class HttpSource(ByteSource):
             )
         if first:
             self._size = total
-            self._etag = response.headers.get("ETag")
-        length = last_byte - first_byte + 1
+            self._etag = headers.get("ETag")
+        return last_byte - first_byte + 1
+
+    async def _read_partial(
+        self, response: httpx.Response, start: int, end: int, buffer: memoryview, *, first: bool
+    ) -> int:
+        length = self._check_partial(response.headers, start, end, first=first)
         return await self._read_body(response, buffer[:length], start)
 
     async def _read_body(self, response: httpx.Response, target: memoryview, start: int) -> int:
@@ -372,17 +454,12 @@ class HttpSource(ByteSource):
         self, response: httpx.Response, start: int, end: int, buffer: memoryview, *, first: bool
     ) -> int:
         """A 200 to a ranged GET: the server ignored Range. Never read a large body."""
-        self._check_identity(response)
+        self._check_identity(response.headers)
         declared = response.headers.get("Content-Length")
         limit = self._options.accept_whole_body_below_bytes
         if not (first and declared is not None and declared.isdigit() and int(declared) < limit):
             # Leaving the stream unread closes the connection: nothing more is downloaded.
-            raise RangeNotSupportedError(
-                f"{self._url}: the server ignored the Range header (HTTP 200 with the whole file"
-                f"{', ' + declared + ' bytes' if declared else ''}) when asked for bytes "
-                f"{start}-{end - 1}; it cannot serve partial reads. Use a server or URL that "
-                "supports byte ranges, or set accept_whole_body_below_bytes for small files"
-            )
+            raise self._range_ignored(declared, start, end)
         body = bytearray(int(declared))
         got = await self._read_body(response, memoryview(body), 0)
         self._size = got
@@ -391,6 +468,28 @@ class HttpSource(ByteSource):
         count = min(end, got) - start
         buffer[:count] = self._whole_body[start : start + count]
         return count
+
+    def _range_ignored(self, declared: str | None, start: int, end: int) -> Exception:
+        return RangeNotSupportedError(
+            f"{self._url}: the server ignored the Range header (HTTP 200 with the whole file"
+            f"{', ' + declared + ' bytes' if declared else ''}) when asked for bytes "
+            f"{start}-{end - 1}; it cannot serve partial reads. Use a server or URL that "
+            "supports byte ranges, or set accept_whole_body_below_bytes for small files"
+        )
+
+
+def _proxy_configured() -> bool:
+    return any(
+        os.environ.get(name)
+        for name in (
+            "HTTP_PROXY",
+            "HTTPS_PROXY",
+            "ALL_PROXY",
+            "http_proxy",
+            "https_proxy",
+            "all_proxy",
+        )
+    )
 
 
 class _Truncated(Exception):
@@ -402,9 +501,11 @@ class _Truncated(Exception):
         self.reason = reason
 
 
-def _retry_after(response: httpx.Response, options: HttpOptions) -> float | None:
+def _retry_after(
+    status: int, headers: httpx.Headers, url: str, options: HttpOptions
+) -> float | None:
     """Seconds that ``Retry-After`` asks for, or None; raises when the wait is too long."""
-    value = response.headers.get("Retry-After")
+    value = headers.get("Retry-After")
     if value is None:
         return None
     value = value.strip()
@@ -418,7 +519,7 @@ def _retry_after(response: httpx.Response, options: HttpOptions) -> float | None
         seconds = max(0.0, when.timestamp() - time.time())
     if seconds > options.max_retry_after_seconds:
         raise TransportError(
-            f"{response.url}: HTTP {response.status_code}, and the server asks to retry after "
-            f"{seconds:.0f} s, more than max_retry_after_seconds={options.max_retry_after_seconds}"
+            f"{url}: HTTP {status}, and the server asks to retry after {seconds:.0f} s, more "
+            f"than max_retry_after_seconds={options.max_retry_after_seconds}"
         )
     return seconds
