@@ -68,3 +68,42 @@ def write_reference(
     """Bytes of a file written by the reference writer."""
     result: bytes = save(tensors, metadata=metadata)
     return result
+
+
+def bincode_varint(value: int) -> bytes:
+    """The shortest bincode varint for ``value``."""
+    if value <= 250:
+        return bytes([value])
+    for tag, fmt, limit in ((251, "<H", 2**16), (252, "<I", 2**32), (253, "<Q", 2**64)):
+        if value < limit:
+            return bytes([tag]) + struct.pack(fmt, value)
+    raise ValueError(f"{value} does not fit a u64")
+
+
+_BT_CATEGORIES = (
+    ("HeaderTooSmall", HeaderErrorKind.TOO_SMALL),
+    ("HeaderTooLarge", HeaderErrorKind.TOO_LARGE),
+    ("InvalidHeaderLength", HeaderErrorKind.INVALID_LENGTH),
+    ("DecoderError", HeaderErrorKind.INVALID_BINCODE),
+    ("ValidationMismatch", HeaderErrorKind.DUPLICATE_NAME),
+    ("InvalidOffset", HeaderErrorKind.INVALID_OFFSET),
+    ("ValidationOverflow", HeaderErrorKind.OVERFLOW),
+    ("TensorInvalidInfo", HeaderErrorKind.INVALID_TENSOR_INFO),
+    ("MetadataIncompleteBuffer", HeaderErrorKind.INCOMPLETE_BUFFER),
+)
+
+
+def bintensors_read(data: bytes) -> ReferenceView | HeaderErrorKind:
+    """Deserialize with the reference bintensors: its view of the file, or the rule that failed."""
+    import bintensors
+
+    try:
+        items = bintensors.deserialize(data)
+    except Exception as exc:
+        for needle, kind in _BT_CATEGORIES:
+            if needle in str(exc):
+                return kind
+        raise AssertionError(f"unknown bintensors error: {exc}") from exc
+    return ReferenceView(
+        {name: (d["dtype"], tuple(d["shape"]), bytes(d["data"])) for name, d in items}
+    )

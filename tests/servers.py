@@ -15,11 +15,10 @@ import hashlib
 import re
 import threading
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from aiohttp import web
 
@@ -105,23 +104,20 @@ def static_server(root: Path) -> Iterator[tuple[str, Log]]:
     """aiohttp's static file handler serving ``root``; yields (base URL, log)."""
     log = Log()
 
-    @web.middleware
-    async def record(request: web.Request, handler: Callable[[web.Request], Any]) -> Any:
-        response = await handler(request)
-        entry = Entry(request.path, request.headers.get("Range"), response.status, 0)
-        log.entries.append(entry)
-        # FileResponse sets Content-Length when it prepares; read it after the fact.
-        length = response.headers.get("Content-Length") if hasattr(response, "headers") else None
-        entry.sent_bytes = int(length) if length and length.isdigit() else 0
-        return response
-
     async def on_prepare(request: web.Request, response: web.StreamResponse) -> None:
+        # Headers are final here; one entry per response, so concurrent requests do not mix.
         length = response.headers.get("Content-Length")
-        if log.entries and log.entries[-1].path == request.path:
-            log.entries[-1].status = response.status
-            log.entries[-1].sent_bytes = int(length) if length else 0
+        log.entries.append(
+            Entry(
+                request.path,
+                request.headers.get("Range"),
+                response.status,
+                int(length) if length else 0,
+                dict(request.headers),
+            )
+        )
 
-    app = web.Application(middlewares=[record])
+    app = web.Application()
     app.on_response_prepare.append(on_prepare)
     app.router.add_static("/", root)
     running = _Running(app)

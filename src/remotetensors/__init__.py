@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from .checksum import verify_checksum, verify_checksum_async
 from .dtypes import DTYPES, DType
 from .errors import (
     BadResponseError,
+    ChecksumMismatchError,
     FileClosedError,
     FrameworkError,
     HeaderError,
@@ -35,6 +37,7 @@ __all__ = [
     "AsyncTensorSlice",
     "BadResponseError",
     "ByteRange",
+    "ChecksumMismatchError",
     "DType",
     "FileClosedError",
     "FileIndex",
@@ -59,4 +62,6 @@ __all__ = [
     "open_async",
     "parameter_count",
     "safe_open",
+    "verify_checksum",
+    "verify_checksum_async",
 ]

@@ -28,7 +28,8 @@ class HeaderErrorKind(str, enum.Enum):
     MISALIGNED = "misaligned sub-byte tensor"
     INVALID_TENSOR_INFO = "invalid shape, data type, or offset"
     INCOMPLETE_BUFFER = "incomplete metadata, file not fully covered"
-    # bintensors only: duplicate tensor names are an error there.
+    # bintensors only: its header is bincode, and duplicate tensor names are an error there.
+    INVALID_BINCODE = "invalid bincode header"
     DUPLICATE_NAME = "duplicate tensor name"
 
 
@@ -106,6 +107,10 @@ class BadResponseError(RemoteTensorsError, OSError):
 
 class RangeNotSupportedError(BadResponseError):
     """The server ignored ``Range`` and started sending the whole file (HTTP 200)."""
+
+
+class ChecksumMismatchError(RemoteTensorsError, ValueError):
+    """A file's digest differs from the one it was expected to have."""
 
 
 class RemoteFileChangedError(RemoteTensorsError, OSError):

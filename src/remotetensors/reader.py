@@ -9,7 +9,8 @@ import numpy as np
 from .assemble import OutputArray
 from .errors import FileClosedError, TensorNotFoundError
 from .fetch import Target, fetch_into
-from .formats.safetensors import PREFIX_BYTES, header_length, parse_header
+from .formats import parse_any_header
+from .formats.safetensors import PREFIX_BYTES, header_length
 from .frameworks import check_framework, convert
 from .options import ReadOptions
 from .ranges import ByteRange
@@ -27,6 +28,8 @@ if TYPE_CHECKING:
 async def read_index(source: ByteSource, options: ReadOptions) -> tuple[FileIndex, bytes]:
     """Read and validate a file's header: one request, two when it is longer than the window.
 
+    The format (safetensors or bintensors) is told by the header's first byte.
+
     Returns:
         The index, and the bytes of the file already fetched (bytes ``[0, k)``), which later
         reads reuse.
@@ -43,7 +46,7 @@ async def read_index(source: ByteSource, options: ReadOptions) -> tuple[FileInde
         # Only the missing tail of the header, not the whole header again.
         data += await source.read(len(data), needed)
     header = data[PREFIX_BYTES:needed]
-    index = parse_header(header, file_size=prefix.size, location=source.location)
+    index = parse_any_header(header, file_size=prefix.size, location=source.location)
     return index, data
 
 

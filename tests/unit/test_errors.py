@@ -82,6 +82,9 @@ PUBLIC_NAMES = {
     "TensorSlice",
     "open_async",
     "safe_open",
+    "ChecksumMismatchError",
+    "verify_checksum",
+    "verify_checksum_async",
 }
 
 
