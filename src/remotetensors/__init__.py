@@ -22,17 +22,19 @@ from .errors import (
     TransportError,
     UnsupportedDtypeError,
 )
-from .index import FileIndex, TensorInfo, parameter_count
+from .index import FileIndex, ModelIndex, TensorInfo, parameter_count
+from .model import AsyncModel, open_model_async
 from .options import ReadOptions
 from .ranges import ByteRange
 from .reader import AsyncTensorFile, AsyncTensorSlice
 from .sources.http import HttpOptions
-from .sync import TensorSlice, open_async, safe_open
+from .sync import Model, TensorSlice, open_async, open_model, safe_open
 
 __version__ = "0.1.0"
 
 __all__ = [
     "DTYPES",
+    "AsyncModel",
     "AsyncTensorFile",
     "AsyncTensorSlice",
     "BadResponseError",
@@ -45,6 +47,8 @@ __all__ = [
     "HeaderError",
     "HeaderErrorKind",
     "HttpOptions",
+    "Model",
+    "ModelIndex",
     "NotFoundError",
     "PermissionDeniedError",
     "RangeNotSupportedError",
@@ -60,6 +64,8 @@ __all__ = [
     "UnsupportedDtypeError",
     "__version__",
     "open_async",
+    "open_model",
+    "open_model_async",
     "parameter_count",
     "safe_open",
     "verify_checksum",

@@ -129,3 +129,48 @@ class FileIndex:
             f"{self.num_parameters} parameters, header {self.header_length} B, "
             f"file {self.file_size} B)"
         )
+
+
+@dataclass(frozen=True, slots=True)
+class ModelIndex:
+    """What the headers of a model's files say, joined: one file, or a sharded checkpoint.
+
+    Attributes:
+        files: file name -> its index, in the order of the weight map's first mention.
+        tensors: name -> info (with ``file`` set), for every tensor of the weight map (or of the
+            single file), sorted by name.
+        metadata: the index file's ``metadata`` (sharded) or the file's ``__metadata__``.
+        unmapped: tensors present in a shard but absent from the weight map (not in ``tensors``).
+    """
+
+    files: Mapping[str, FileIndex]
+    tensors: Mapping[str, TensorInfo]
+    metadata: Mapping[str, object] | None
+    unmapped: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "files", MappingProxyType(dict(self.files)))
+        object.__setattr__(self, "tensors", MappingProxyType(dict(sorted(self.tensors.items()))))
+
+    def keys(self) -> list[str]:
+        """Tensor names, sorted."""
+        return list(self.tensors)
+
+    def parameter_count(self) -> dict[str, int]:
+        """Elements per dtype over all tensors (the hub's rule)."""
+        return parameter_count(self.tensors.values())
+
+    @property
+    def num_parameters(self) -> int:
+        """Total number of elements."""
+        return sum(info.num_elements for info in self.tensors.values())
+
+    @property
+    def nbytes(self) -> int:
+        """Total bytes of tensor data."""
+        return sum(info.nbytes for info in self.tensors.values())
+
+    @property
+    def header_bytes(self) -> int:
+        """Bytes of all headers (8-byte prefixes included)."""
+        return sum(f.data_offset for f in self.files.values())

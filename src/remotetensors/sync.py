@@ -13,17 +13,18 @@ import os
 import threading
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from .model import AsyncModel, load_model
 from .options import ReadOptions
 from .reader import AsyncTensorFile
 from .sources.resolve import open_source
 
 if TYPE_CHECKING:
-    from collections.abc import Coroutine, Iterable
+    from collections.abc import Coroutine, Iterable, Mapping
 
     import numpy as np
     import numpy.typing as npt
 
-    from .index import FileIndex
+    from .index import FileIndex, ModelIndex, TensorInfo
     from .reader import AsyncTensorSlice
     from .sources.http import HttpOptions
 
@@ -70,9 +71,18 @@ async def open_file_async(
     framework: str = "numpy",
     options: ReadOptions | None = None,
     http_options: HttpOptions | None = None,
+    storage_options: Mapping[str, Any] | None = None,
+    token: str | bool | None = None,
+    revision: str | None = None,
 ) -> AsyncTensorFile:
     """Open a file and read its header (the coroutine behind ``open_async``)."""
-    source = open_source(location, http_options=http_options)
+    source = open_source(
+        location,
+        http_options=http_options,
+        storage_options=storage_options,
+        token=token,
+        revision=revision,
+    )
     return await AsyncTensorFile.open(source, options=options, framework=framework)
 
 
@@ -98,20 +108,23 @@ class open_async:  # named like a function: it is used as one
         framework: str = "numpy",
         options: ReadOptions | None = None,
         http_options: HttpOptions | None = None,
+        storage_options: Mapping[str, Any] | None = None,
+        token: str | bool | None = None,
+        revision: str | None = None,
     ) -> None:
         self._location = location
-        self._framework = framework
-        self._options = options
-        self._http_options = http_options
+        self._kwargs: dict[str, Any] = {
+            "framework": framework,
+            "options": options,
+            "http_options": http_options,
+            "storage_options": storage_options,
+            "token": token,
+            "revision": revision,
+        }
         self._file: AsyncTensorFile | None = None
 
     def _opening(self) -> Coroutine[Any, Any, AsyncTensorFile]:
-        return open_file_async(
-            self._location,
-            framework=self._framework,
-            options=self._options,
-            http_options=self._http_options,
-        )
+        return open_file_async(self._location, **self._kwargs)
 
     def __await__(self) -> Any:
         return self._opening().__await__()
@@ -133,9 +146,12 @@ class safe_open:  # safetensors' name for it, so that one import changes
     for. Works in scripts, threads and Jupyter alike.
 
     Args:
-        location: an ``http(s)://`` URL, a ``file://`` URL or a local path.
+        location: an ``http(s)://`` or ``hf://`` URL, any fsspec URL (``s3://...``), a
+            ``file://`` URL or a local path.
         framework: ``"numpy"`` (or ``"np"``) or ``"pt"`` (torch tensors; needs torch).
         device: accepted for compatibility; only ``"cpu"``.
+        storage_options: for fsspec URLs, passed to fsspec untouched.
+        token, revision: for ``hf://`` URLs.
         options: header window, coalescing gap, part size and concurrency.
         http_options: timeouts, retries, headers of the HTTP source.
 
@@ -152,12 +168,21 @@ class safe_open:  # safetensors' name for it, so that one import changes
         *,
         options: ReadOptions | None = None,
         http_options: HttpOptions | None = None,
+        storage_options: Mapping[str, Any] | None = None,
+        token: str | bool | None = None,
+        revision: str | None = None,
     ) -> None:
         if device != "cpu":
             raise ValueError(f"only device='cpu' is supported, got {device!r}")
         self._file = run_sync(
             open_file_async(
-                location, framework=framework, options=options, http_options=http_options
+                location,
+                framework=framework,
+                options=options,
+                http_options=http_options,
+                storage_options=storage_options,
+                token=token,
+                revision=revision,
             )
         )
 
@@ -224,3 +249,108 @@ class TensorSlice:
 
     def __getitem__(self, index: Any) -> Any:
         return run_sync(self._view[index])
+
+
+class Model:
+    """A whole model, one file or sharded, from any location; the sync twin of AsyncModel.
+
+    ``m = open_model("hf://org/model")``; ``m.parameter_count()``, ``m.tensors``,
+    ``m.get_tensors("model.layers.0.*")``. Use it as a context manager, or call ``close()``.
+    """
+
+    def __init__(self, model: AsyncModel) -> None:
+        self._model = model
+
+    @property
+    def location(self) -> str:
+        """The location as given."""
+        return self._model.location
+
+    @property
+    def index(self) -> ModelIndex:
+        """The joined index of all files."""
+        return self._model.index
+
+    @property
+    def tensors(self) -> Mapping[str, TensorInfo]:
+        """name -> TensorInfo (with its file) across all shards."""
+        return self._model.tensors
+
+    @property
+    def metadata(self) -> Mapping[str, object] | None:
+        """The index's metadata (sharded) or the file's ``__metadata__``."""
+        return self._model.metadata
+
+    @property
+    def files(self) -> list[str]:
+        """The model's file names."""
+        return self._model.files
+
+    def keys(self) -> list[str]:
+        """Tensor names, sorted."""
+        return self._model.keys()
+
+    def parameter_count(self) -> dict[str, int]:
+        """Elements per dtype, as the hub counts them."""
+        return self._model.parameter_count()
+
+    @property
+    def num_parameters(self) -> int:
+        """Total number of parameters."""
+        return self._model.num_parameters
+
+    @property
+    def nbytes(self) -> int:
+        """Total bytes of tensor data."""
+        return self._model.nbytes
+
+    def get_tensor(self, name: str) -> Any:
+        """Fetch one tensor from its shard."""
+        return run_sync(self._model.get_tensor(name))
+
+    def get_tensors(self, names: str | Iterable[str]) -> dict[str, Any]:
+        """Fetch tensors by names or a glob, only from the shards that hold them."""
+        return run_sync(self._model.get_tensors(names))
+
+    def get_slice(self, name: str) -> TensorSlice:
+        """A lazy view: ``m.get_slice("embed")[1000:2000]`` fetches only those rows."""
+        return TensorSlice(self._model.get_slice(name))
+
+    def close(self) -> None:
+        """Release connections."""
+        run_sync(self._model.aclose())
+
+    def __enter__(self) -> Model:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return repr(self._model).replace("AsyncModel", "Model", 1)
+
+
+def open_model(
+    location: str | os.PathLike[str],
+    *,
+    revision: str | None = None,
+    token: str | bool | None = None,
+    storage_options: Mapping[str, Any] | None = None,
+    options: ReadOptions | None = None,
+    http_options: HttpOptions | None = None,
+    framework: str = "numpy",
+) -> Model:
+    """Open a model (see :func:`remotetensors.model.load_model` for the arguments)."""
+    return Model(
+        run_sync(
+            load_model(
+                location,
+                revision=revision,
+                token=token,
+                storage_options=storage_options,
+                options=options,
+                http_options=http_options,
+                framework=framework,
+            )
+        )
+    )

@@ -85,6 +85,11 @@ PUBLIC_NAMES = {
     "ChecksumMismatchError",
     "verify_checksum",
     "verify_checksum_async",
+    "AsyncModel",
+    "Model",
+    "ModelIndex",
+    "open_model",
+    "open_model_async",
 }
 
 

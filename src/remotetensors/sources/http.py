@@ -26,6 +26,7 @@ import re
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -144,6 +145,9 @@ class HttpSource(ByteSource):
         self._raw: RawRangeClient | None = None
         self.requests_sent = 0
         """Number of HTTP requests this source has sent (redirect hops not counted)."""
+        self.first_response_headers: httpx.Headers | None = None
+        """Headers of the response to the first request (after redirects), e.g. the hub's
+        ``X-Repo-Commit``."""
 
     @property
     def location(self) -> str:
@@ -259,7 +263,9 @@ class HttpSource(ByteSource):
         return TransportError(message)
 
     def _headers(self, start: int, end: int, *, first: bool) -> dict[str, str]:
-        headers = dict(self._options.headers)
+        # Credentials are for the URL the user named, never for where it redirected to (a CDN).
+        same_origin = _origin(self._data_url) == _origin(self._url)
+        headers = dict(self._options.headers) if same_origin else {}
         headers["Range"] = f"bytes={start}-{end - 1}"
         headers["Accept-Encoding"] = "identity"
         if not first and self._etag is not None and not self._etag.startswith("W/"):
@@ -278,6 +284,8 @@ class HttpSource(ByteSource):
             ) as response:
                 if str(response.url) != url:
                     self._data_url = str(response.url)
+                if first:
+                    self.first_response_headers = response.headers
                 status = response.status_code
                 if status == 206:
                     received = await self._read_partial(response, start, end, buffer, first=first)
@@ -476,6 +484,11 @@ class HttpSource(ByteSource):
             f"{start}-{end - 1}; it cannot serve partial reads. Use a server or URL that "
             "supports byte ranges, or set accept_whole_body_below_bytes for small files"
         )
+
+
+def _origin(url: str) -> tuple[str, str]:
+    parts = urlsplit(url)
+    return parts.scheme.lower(), parts.netloc.lower()
 
 
 def _proxy_configured() -> bool:

@@ -1,18 +1,119 @@
-"""From a location string to the source that reads it."""
+"""From a location string to the sources that read it.
+
+A :class:`Place` is a folder-like location (a local folder, a URL prefix, an S3 prefix, a hub
+repo or a folder in it) that names and opens the files of a model. :func:`open_source` opens
+one file.
+"""
 
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
+import posixpath
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
 
+from .fsspec import FsspecSource
 from .http import HttpOptions, HttpSource
+from .hub import HubPath, HubRepo
 from .local import LocalSource
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     import httpx
 
     from .base import ByteSource
+
+FILE_SUFFIXES = (".safetensors", ".bt", ".json")
+"""Locations ending in these name a file; any other names a folder, prefix or repo."""
+
+
+@dataclass
+class Place:
+    """Where a model's files are, and how to open them.
+
+    Attributes:
+        kind: ``"local"``, ``"http"``, ``"hub"`` or ``"fsspec"``.
+        base: the folder's location as the user gave it (no trailing slash).
+    """
+
+    kind: str
+    base: str
+    http_options: HttpOptions | None = None
+    client: httpx.AsyncClient | None = None
+    storage_options: Mapping[str, Any] | None = None
+    hub: HubRepo | None = None
+    hub_path: HubPath | None = None
+    _fs: Any = field(default=None, repr=False)
+
+    def location(self, name: str) -> str:
+        """The location of file ``name`` (a relative path) in this place."""
+        if self.kind == "local":
+            return os.path.join(self.base, name)
+        if self.kind == "hub":
+            assert self.hub_path is not None
+            return str(self.hub_path.child(name))
+        return f"{self.base}/{name}"
+
+    def open(self, name: str) -> ByteSource:
+        """A source for file ``name`` of this place."""
+        if self.kind == "hub":
+            assert self.hub is not None
+            assert self.hub_path is not None
+            return self.hub.source(self.hub_path.child(name).path)
+        return open_source(
+            self.location(name),
+            http_options=self.http_options,
+            client=self.client,
+            storage_options=self.storage_options,
+        )
+
+
+def split_location(
+    location: str | os.PathLike[str],
+    *,
+    revision: str | None = None,
+    token: str | bool | None = None,
+    http_options: HttpOptions | None = None,
+    client: httpx.AsyncClient | None = None,
+    storage_options: Mapping[str, Any] | None = None,
+) -> tuple[Place, str | None]:
+    """The place of a model location, and the file name when it names one file.
+
+    Raises:
+        NotFoundError: never here; opening the files finds out.
+    """
+    text = os.fspath(location)
+    scheme = urlsplit(text).scheme.lower() if "://" in text else ""
+    if text.startswith("hf://"):
+        parsed = HubPath.parse(text)
+        if revision is not None:
+            parsed = HubPath(parsed.repo_type, parsed.repo_id, revision, parsed.path)
+        name = None
+        if parsed.path.endswith(FILE_SUFFIXES):
+            folder, name = posixpath.split(parsed.path)
+            parsed = HubPath(parsed.repo_type, parsed.repo_id, parsed.revision, folder)
+        repo = HubRepo(parsed, token=token, http_options=http_options, client=client)
+        return Place("hub", str(parsed), http_options, client, hub=repo, hub_path=parsed), name
+    if scheme in ("", "file") and not _is_windows_drive(scheme):
+        path = unquote(urlsplit(text).path) if scheme == "file" else text
+        if os.path.isdir(path):
+            return Place("local", path.rstrip("/") or "/"), None
+        folder, name = os.path.split(path)
+        return Place("local", folder or "."), name
+    kind = "http" if scheme in ("http", "https") else "fsspec"
+    stripped = text.rstrip("/")
+    head, _, last = stripped.rpartition("/")
+    place = Place(kind, stripped, http_options, client, storage_options)
+    if last.split("?", 1)[0].endswith(FILE_SUFFIXES) and not text.endswith("/"):
+        place.base = head
+        return place, last
+    return place, None
+
+
+def _is_windows_drive(scheme: str) -> bool:
+    return len(scheme) == 1 and os.name == "nt"
 
 
 def open_source(
@@ -20,18 +121,25 @@ def open_source(
     *,
     http_options: HttpOptions | None = None,
     client: httpx.AsyncClient | None = None,
+    storage_options: Mapping[str, Any] | None = None,
+    token: str | bool | None = None,
+    revision: str | None = None,
 ) -> ByteSource:
-    """The source for ``location``: ``http(s)://`` URLs, ``file://`` URLs and local paths.
-
-    Raises:
-        ValueError: for a URL scheme that no source reads.
-    """
+    """The source for one file: ``http(s)://``, ``hf://``, ``file://``, a local path, or any
+    other fsspec URL (``s3://``, ``gs://``, ``memory://``, ``simplecache::s3://``, ...)."""
     text = os.fspath(location)
-    scheme = urlsplit(text).scheme.lower()
+    if text.startswith("hf://"):
+        place, name = split_location(
+            text, revision=revision, token=token, http_options=http_options, client=client
+        )
+        if name is None:
+            raise ValueError(f"{text}: names a repo or folder, not a file; use open_model")
+        return place.open(name)
+    scheme = urlsplit(text).scheme.lower() if "://" in text else ""
     if scheme in ("http", "https"):
         return HttpSource(text, client=client, options=http_options)
     if scheme == "file":
         return LocalSource(unquote(urlsplit(text).path), location=text)
-    if scheme == "" or (len(scheme) == 1 and os.name == "nt"):
+    if scheme == "" or _is_windows_drive(scheme):
         return LocalSource(text)
-    raise ValueError(f"{text}: no source reads {scheme}:// locations yet")
+    return FsspecSource(text, storage_options=storage_options)

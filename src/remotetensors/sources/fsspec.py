@@ -1,0 +1,175 @@
+"""Any fsspec filesystem as a ByteSource: S3 natively, other async filesystems through their
+async range reads, sync ones (memory, HfFileSystem, ...) on worker threads.
+
+``storage_options`` go to fsspec untouched, and chained URLs (``simplecache::s3://...``) work,
+since the filesystem comes from :func:`fsspec.core.url_to_fs`.
+
+S3 (s3fs) gets one request per range, size and ETag included: the first ranged GET reports the
+size (``ContentRange``) and ETag, and later GETs send ``IfMatch`` so a changed object fails with
+412 instead of mixing versions. Other filesystems learn the size and validator from ``info`` and
+read with ``cat_file``; every read is checked for its exact length.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from typing import TYPE_CHECKING, Any
+
+import fsspec
+import fsspec.asyn
+
+from ..errors import (
+    BadResponseError,
+    NotFoundError,
+    PermissionDeniedError,
+    RemoteFileChangedError,
+    TransportError,
+)
+from .base import ByteSource, Prefix
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+_CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+)")
+
+
+class FsspecSource(ByteSource):
+    """One file on an fsspec filesystem.
+
+    Args:
+        url: an fsspec URL (``s3://bucket/key``, ``memory://x``, ``simplecache::s3://...``).
+        storage_options: passed to fsspec untouched (credentials, ``endpoint_url``, ...).
+        fs: an already configured filesystem; ``url`` is then a path on it.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        storage_options: Mapping[str, Any] | None = None,
+        fs: fsspec.AbstractFileSystem | None = None,
+    ) -> None:
+        self._url = url
+        if fs is None:
+            fs, path = fsspec.core.url_to_fs(url, **dict(storage_options or {}))
+        else:
+            path = url
+        self._fs = fs
+        self._path = path
+        self._size = 0
+        self._validator: str | None = None
+        self._is_s3 = type(fs).__name__ == "S3FileSystem"
+
+    @property
+    def location(self) -> str:
+        return self._url
+
+    async def open_prefix(self, length: int) -> Prefix:
+        if self._is_s3:
+            data = await self._s3_get(0, length, first=True)
+            return Prefix(data, self._size, self._validator)
+        info = await self._call("info", self._path)
+        if info.get("type") == "directory":
+            raise NotFoundError(f"{self._url}: is a directory, not a file")
+        self._size = int(info["size"])
+        self._validator = _validator_of(info)
+        end = min(length, self._size)
+        data = await self._call("cat_file", self._path, start=0, end=end) if end else b""
+        self._check_length(data, 0, end)
+        return Prefix(bytes(data), self._size, self._validator)
+
+    async def read_into(self, start: int, buffer: memoryview) -> None:
+        end = start + len(buffer)
+        if not len(buffer):
+            return
+        if self._is_s3:
+            data = await self._s3_get(start, end, first=False)
+        else:
+            data = await self._call("cat_file", self._path, start=start, end=end)
+        self._check_length(data, start, end)
+        buffer[:] = data
+
+    def _check_length(self, data: bytes, start: int, end: int) -> None:
+        if len(data) != end - start:
+            raise BadResponseError(
+                f"{self._url}: asked for bytes [{start}, {end}), got {len(data)} bytes"
+            )
+
+    async def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        """A filesystem method: its async twin on async filesystems, else on a worker thread."""
+        try:
+            if isinstance(self._fs, fsspec.asyn.AsyncFileSystem) and self._fs.async_impl:
+                return await getattr(self._fs, f"_{method}")(*args, **kwargs)
+            return await asyncio.to_thread(getattr(self._fs, method), *args, **kwargs)
+        except Exception as exc:
+            raise self._translate(exc) from exc
+
+    async def _s3_get(self, start: int, end: int, *, first: bool) -> bytes:
+        bucket, key, version = self._fs.split_path(self._path)
+        extra: dict[str, Any] = {}
+        if version:
+            extra["VersionId"] = version
+        if not first and self._validator is not None:
+            extra["IfMatch"] = self._validator
+        try:
+            response = await self._fs._call_s3(
+                "get_object", Bucket=bucket, Key=key, Range=f"bytes={start}-{end - 1}", **extra
+            )
+            try:
+                data: bytes = await response["Body"].read()
+            finally:
+                response["Body"].close()
+        except Exception as exc:
+            if first and "InvalidRange" in repr(exc):
+                self._size = 0  # an empty object has no byte 0
+                return b""
+            raise self._translate(exc) from exc
+        match = _CONTENT_RANGE.fullmatch(str(response.get("ContentRange", "")))
+        if match is None:
+            raise BadResponseError(
+                f"{self._url}: a ranged GET came back without a usable ContentRange "
+                f"({response.get('ContentRange')!r})"
+            )
+        total = int(match.group(3))
+        etag = response.get("ETag")
+        if first:
+            self._size = total
+            self._validator = etag
+        elif total != self._size or (etag and self._validator and etag != self._validator):
+            raise RemoteFileChangedError(
+                f"{self._url}: the object changed since it was opened (size {self._size}, "
+                f"ETag {self._validator}; now size {total}, ETag {etag})"
+            )
+        expected_end = min(end, total) if first else end
+        if int(match.group(1)) != start or int(match.group(2)) != expected_end - 1:
+            raise BadResponseError(
+                f"{self._url}: asked for bytes {start}-{end - 1}, got ContentRange "
+                f"{response.get('ContentRange')!r}"
+            )
+        return data
+
+    def _translate(self, exc: Exception) -> Exception:
+        text = repr(exc)
+        if "PreconditionFailed" in text or "412" in text:
+            return RemoteFileChangedError(
+                f"{self._url}: the object changed since it was opened (ETag {self._validator} "
+                "no longer matches); open it again to read the new version"
+            )
+        if isinstance(exc, FileNotFoundError):
+            return NotFoundError(f"{self._url}: not found ({exc})")
+        if isinstance(exc, PermissionError):
+            return PermissionDeniedError(
+                f"{self._url}: access denied ({exc}); check the credentials in storage_options "
+                "or the AWS_* environment variables"
+            )
+        if isinstance(exc, (BadResponseError, RemoteFileChangedError)):
+            return exc
+        return TransportError(f"{self._url}: {type(exc).__name__}: {exc}")
+
+
+def _validator_of(info: Mapping[str, Any]) -> str | None:
+    for key in ("ETag", "etag", "VersionId", "version_id", "md5", "mtime", "LastModified"):
+        if info.get(key) is not None:
+            return f"{key}={info[key]}"
+    return None

@@ -1,0 +1,170 @@
+"""``hf://`` locations: Hugging Face Hub repos read through their resolve URLs.
+
+``hf://[datasets/|spaces/]org/name[@revision][/path]`` names a repo, a revision (a branch, tag
+or commit; ``refs/pr/1`` is written URL-encoded) and a path inside it. Files are read from
+``{endpoint}/{repo}/resolve/{revision}/{path}`` with the native HTTP source, so a redirect to the
+CDN is paid once per file. The endpoint is ``HF_ENDPOINT`` (default: the public hub); the token is
+``token=``, else ``HF_TOKEN``, else the one ``huggingface_hub`` stored (``token=False``: none).
+
+A :class:`HubRepo` pins its revision to the commit that the first response reports
+(``X-Repo-Commit``), so every later file of the same model comes from that commit even if the
+branch moves in between.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+from urllib.parse import quote, unquote
+
+from .base import Prefix
+from .http import HttpOptions, HttpSource
+
+if TYPE_CHECKING:
+    import httpx
+
+DEFAULT_ENDPOINT = "https://huggingface.co"
+_TYPE_PREFIXES = {"datasets": "datasets/", "spaces": "spaces/", "models": ""}
+
+
+@dataclass(frozen=True, slots=True)
+class HubPath:
+    """A parsed ``hf://`` location.
+
+    Attributes:
+        repo_type: ``"models"``, ``"datasets"`` or ``"spaces"``.
+        repo_id: ``"org/name"``.
+        revision: a branch, tag or commit; ``None`` for the default branch.
+        path: a path inside the repo; ``""`` for its root.
+    """
+
+    repo_type: str
+    repo_id: str
+    revision: str | None
+    path: str
+
+    @classmethod
+    def parse(cls, location: str) -> HubPath:
+        """Parse ``hf://...``.
+
+        Raises:
+            ValueError: not an ``hf://`` location, or no ``org/name`` in it.
+        """
+        if not location.startswith("hf://"):
+            raise ValueError(f"{location}: not an hf:// location")
+        parts = [p for p in location[len("hf://") :].split("/") if p]
+        repo_type = "models"
+        if parts and parts[0] in _TYPE_PREFIXES:
+            repo_type = parts.pop(0)
+        if len(parts) < 2:
+            raise ValueError(f"{location}: expected hf://[datasets/|spaces/]org/name[@rev][/path]")
+        org, name = parts[0], parts[1]
+        revision = None
+        if "@" in name:
+            name, revision = name.split("@", 1)
+            revision = unquote(revision)
+        return cls(repo_type, f"{org}/{name}", revision, "/".join(parts[2:]))
+
+    def child(self, name: str) -> HubPath:
+        """The location of ``name`` inside this path."""
+        return replace(self, path=f"{self.path}/{name}" if self.path else name)
+
+    def __str__(self) -> str:
+        prefix = _TYPE_PREFIXES[self.repo_type]
+        rev = f"@{quote(self.revision, safe='')}" if self.revision else ""
+        tail = f"/{self.path}" if self.path else ""
+        return f"hf://{prefix}{self.repo_id}{rev}{tail}"
+
+
+def resolve_token(token: str | bool | None) -> str | None:
+    """The token to send: ``token`` itself, ``HF_TOKEN``, or huggingface_hub's stored one."""
+    if token is False:
+        return None
+    if isinstance(token, str):
+        return token
+    env = os.environ.get("HF_TOKEN")
+    if env:
+        return env
+    try:
+        from huggingface_hub import get_token
+    except ImportError:
+        return None
+    stored: str | None = get_token()
+    return stored
+
+
+class HubRepo:
+    """One repo of a hub, shared by the files of a model: endpoint, token, pinned revision.
+
+    Args:
+        repo: the repo, revision and (ignored here) path.
+        token: see :func:`resolve_token`.
+        endpoint: the hub's base URL; ``HF_ENDPOINT`` or the public hub when None.
+        http_options: timeouts and retries; the token is added as an Authorization header.
+        client: an httpx client shared by the files.
+    """
+
+    def __init__(
+        self,
+        repo: HubPath,
+        *,
+        token: str | bool | None = None,
+        endpoint: str | None = None,
+        http_options: HttpOptions | None = None,
+        client: httpx.AsyncClient | None = None,
+    ) -> None:
+        self.repo = repo
+        self.endpoint = (endpoint or os.environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT).rstrip("/")
+        self.revision = repo.revision or "main"
+        self.pinned = False
+        options = http_options or HttpOptions()
+        secret = resolve_token(token)
+        if secret:
+            options = replace(
+                options, headers={**options.headers, "Authorization": f"Bearer {secret}"}
+            )
+        self._options = options
+        self._client = client
+
+    def url(self, path: str) -> str:
+        """The resolve URL of ``path`` at the (pinned) revision."""
+        prefix = _TYPE_PREFIXES[self.repo.repo_type]
+        revision = quote(self.revision, safe="")
+        return f"{self.endpoint}/{prefix}{self.repo.repo_id}/resolve/{revision}/{quote(path)}"
+
+    def source(self, path: str) -> HubSource:
+        """A source for the file ``path`` of the repo."""
+        return HubSource(self, path, client=self._client, options=self._options)
+
+    def pin(self, commit: str | None) -> None:
+        """Use ``commit`` for every later file (the first one reported wins)."""
+        if commit and not self.pinned:
+            self.revision = commit
+            self.pinned = True
+
+
+class HubSource(HttpSource):
+    """A file of a hub repo; reports the commit it came from to its :class:`HubRepo`."""
+
+    def __init__(
+        self,
+        repo: HubRepo,
+        path: str,
+        *,
+        client: httpx.AsyncClient | None,
+        options: HttpOptions,
+    ) -> None:
+        super().__init__(repo.url(path), client=client, options=options)
+        self._repo = repo
+        self._hub_location = str(repo.repo.child(path) if path else repo.repo)
+
+    @property
+    def location(self) -> str:
+        return self._hub_location
+
+    async def open_prefix(self, length: int) -> Prefix:
+        prefix = await super().open_prefix(length)
+        if self.first_response_headers is not None:
+            self._repo.pin(self.first_response_headers.get("X-Repo-Commit"))
+        return prefix
