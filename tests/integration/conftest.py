@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.hub_standin import HubStandIn
 from tests.servers import FaultyServer, Log, static_server
 
 
@@ -23,6 +24,37 @@ def static(static_root: Path) -> Iterator[tuple[str, Log, Path]]:
 @pytest.fixture
 def faulty() -> Iterator[FaultyServer]:
     server = FaultyServer()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def moto_endpoint() -> Iterator[str]:
+    """An S3 endpoint (moto's server mode) on a free loopback port."""
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    yield f"http://{host}:{port}"
+    server.stop()
+
+
+@pytest.fixture
+def s3_env(moto_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The standard AWS variables pointing at moto; returns the endpoint."""
+    monkeypatch.setenv("AWS_ENDPOINT_URL", moto_endpoint)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    return moto_endpoint
+
+
+@pytest.fixture
+def hub() -> Iterator[HubStandIn]:
+    server = HubStandIn()
     try:
         yield server
     finally:

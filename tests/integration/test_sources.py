@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from remotetensors.sources.base import ByteSource
+from remotetensors.sources.fsspec import FsspecSource
 from remotetensors.sources.http import HttpSource
 from remotetensors.sources.local import LocalSource
 from tests.integration.source_conformance import Replace, SourceTests
@@ -55,3 +56,50 @@ class TestLocalSource(SourceTests):
 
     async def missing(self) -> ByteSource:
         return LocalSource(self.folder / "absent.bin")
+
+
+class TestFsspecMemory(SourceTests):
+    detects_changes = False
+
+    @pytest.fixture(autouse=True)
+    def _memory(self, request: pytest.FixtureRequest) -> Iterator[None]:
+        import fsspec
+
+        self.fs = fsspec.filesystem("memory")
+        self.root = f"/conformance-{abs(hash(request.node.nodeid))}"
+        yield
+        if self.fs.exists(self.root):
+            self.fs.rm(self.root, recursive=True)
+
+    async def make(self, data: bytes) -> tuple[ByteSource, Replace]:
+        path = f"{self.root}/file.bin"
+        self.fs.pipe(path, data)
+        return FsspecSource(f"memory://{path}"), lambda new: self.fs.pipe(path, new)
+
+    async def missing(self) -> ByteSource:
+        return FsspecSource(f"memory://{self.root}/absent.bin")
+
+
+class TestFsspecS3(SourceTests):
+    @pytest.fixture(autouse=True)
+    def _bucket(self, moto_endpoint: str, request: pytest.FixtureRequest) -> None:
+        import s3fs
+
+        self.options = {
+            "endpoint_url": moto_endpoint,
+            "key": "testing",
+            "secret": "testing",
+            "skip_instance_cache": True,
+        }
+        self.fs = s3fs.S3FileSystem(**self.options)
+        self.bucket = f"conformance-{abs(hash(request.node.nodeid)) % 10**8}"
+        self.fs.mkdir(self.bucket)
+
+    async def make(self, data: bytes) -> tuple[ByteSource, Replace]:
+        path = f"{self.bucket}/file.bin"
+        self.fs.pipe(path, data)
+        source = FsspecSource(f"s3://{path}", storage_options=self.options)
+        return source, lambda new: self.fs.pipe(path, new)
+
+    async def missing(self) -> ByteSource:
+        return FsspecSource(f"s3://{self.bucket}/absent.bin", storage_options=self.options)

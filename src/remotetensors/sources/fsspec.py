@@ -121,7 +121,7 @@ class FsspecSource(ByteSource):
             finally:
                 response["Body"].close()
         except Exception as exc:
-            if first and "InvalidRange" in repr(exc):
+            if first and "InvalidRange" in _chain_text(exc):
                 self._size = 0  # an empty object has no byte 0
                 return b""
             raise self._translate(exc) from exc
@@ -150,8 +150,8 @@ class FsspecSource(ByteSource):
         return data
 
     def _translate(self, exc: Exception) -> Exception:
-        text = repr(exc)
-        if "PreconditionFailed" in text or "412" in text:
+        text = _chain_text(exc)
+        if "PreconditionFailed" in text or "pre-conditions" in text:
             return RemoteFileChangedError(
                 f"{self._url}: the object changed since it was opened (ETag {self._validator} "
                 "no longer matches); open it again to read the new version"
@@ -166,6 +166,16 @@ class FsspecSource(ByteSource):
         if isinstance(exc, (BadResponseError, RemoteFileChangedError)):
             return exc
         return TransportError(f"{self._url}: {type(exc).__name__}: {exc}")
+
+
+def _chain_text(exc: BaseException) -> str:
+    """The reprs of an exception and its causes (s3fs re-raises botocore errors as OSError)."""
+    parts: list[str] = []
+    seen: BaseException | None = exc
+    while seen is not None and len(parts) < 8:
+        parts.append(repr(seen))
+        seen = seen.__cause__ or seen.__context__
+    return " ".join(parts)
 
 
 def _validator_of(info: Mapping[str, Any]) -> str | None:

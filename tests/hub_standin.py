@@ -1,0 +1,150 @@
+"""A hub stand-in on loopback that speaks the resolve protocol.
+
+``/{repo}/resolve/{revision}/{path}`` (and ``/datasets/...``): small files are served directly
+with byte ranges; large ones answer 302 to a CDN path, with ``X-Repo-Commit``, ``ETag``,
+``X-Linked-Size`` and ``X-Linked-Etag`` as the real hub sends them. Missing repos, revisions and
+files are 404 with ``X-Error-Code``; a gated repo without a token is 401.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+
+from aiohttp import web
+
+from tests.servers import Entry, Log, _Running
+
+LFS_THRESHOLD = 10_000
+TOKEN = "hf_test_token"
+
+
+@dataclass
+class Repo:
+    commits: dict[str, dict[str, bytes]]  # commit id -> files
+    branches: dict[str, str]  # branch -> commit id
+    gated: bool = False
+
+
+class HubStandIn:
+    """Repos in memory; ``log`` records every request (resolve and CDN)."""
+
+    def __init__(self) -> None:
+        self.repos: dict[str, Repo] = {}
+        self.log = Log()
+        self._blobs: dict[str, bytes] = {}
+        app = web.Application()
+        app.router.add_route("*", "/{tail:.+}", self._resolve)
+        self._running = _Running(app)
+        self.endpoint = f"http://127.0.0.1:{self._running.port}"
+        # The CDN is another origin, as on the real hub: credentials must not follow redirects.
+        cdn = web.Application()
+        cdn.router.add_route("*", "/cdn/{sha}", self._cdn)
+        self._cdn_running = _Running(cdn)
+        self.cdn = f"http://127.0.0.1:{self._cdn_running.port}"
+
+    def stop(self) -> None:
+        self._running.stop()
+        self._cdn_running.stop()
+
+    def add(self, repo_id: str, files: dict[str, bytes], *, gated: bool = False) -> str:
+        """Create a repo whose main branch holds ``files``; returns the commit id."""
+        self.repos[repo_id] = Repo({}, {}, gated)
+        return self.push(repo_id, files)
+
+    def push(self, repo_id: str, files: dict[str, bytes]) -> str:
+        """A new commit on main holding ``files``; older commits stay readable."""
+        repo = self.repos[repo_id]
+        commit = hashlib.sha1(
+            repo_id.encode() + str(len(repo.commits)).encode() + b"".join(sorted(files.values()))
+        ).hexdigest()
+        repo.commits[commit] = dict(files)
+        repo.branches["main"] = commit
+        for data in files.values():
+            self._blobs[hashlib.sha256(data).hexdigest()] = data
+        return commit
+
+    def _find(self, repo: Repo, revision: str) -> tuple[str, dict[str, bytes]] | None:
+        commit = repo.branches.get(revision, revision)
+        files = repo.commits.get(commit)
+        return None if files is None else (commit, files)
+
+    async def _resolve(self, request: web.Request) -> web.StreamResponse:
+        tail = request.match_info["tail"]
+        entry = Entry("/" + tail, request.headers.get("Range"), 0, 0, dict(request.headers))
+        self.log.entries.append(entry)
+        match = re.fullmatch(r"(?:(datasets|spaces)/)?([^/]+/[^/]+)/resolve/([^/]+)/(.+)", tail)
+        if match is None:
+            entry.status = 404
+            return web.Response(status=404, text="unknown route")
+        repo_id, revision, path = match.group(2), match.group(3), match.group(4)
+        if match.group(1):
+            repo_id = f"{match.group(1)}/{repo_id}"
+        repo = self.repos.get(repo_id)
+        if repo is None:
+            return self._error(entry, 404, "RepoNotFound")
+        if repo.gated and request.headers.get("Authorization") != f"Bearer {TOKEN}":
+            return self._error(entry, 401, "GatedRepo")
+        found = self._find(repo, revision)
+        if found is None:
+            return self._error(entry, 404, "RevisionNotFound")
+        commit, files = found
+        data = files.get(path)
+        if data is None:
+            return self._error(entry, 404, "EntryNotFound", commit=commit)
+        sha = hashlib.sha256(data).hexdigest()
+        headers = {"X-Repo-Commit": commit}
+        if len(data) >= LFS_THRESHOLD:
+            entry.status = 302
+            headers.update(
+                {
+                    "Location": f"{self.cdn}/cdn/{sha}",
+                    "ETag": f'"{sha}"',
+                    "X-Linked-Etag": f'"{sha}"',
+                    "X-Linked-Size": str(len(data)),
+                }
+            )
+            return web.Response(status=302, headers=headers)
+        headers["ETag"] = f'"{hashlib.sha1(data).hexdigest()}"'
+        return self._ranged(request, entry, data, headers)
+
+    async def _cdn(self, request: web.Request) -> web.StreamResponse:
+        sha = request.match_info["sha"]
+        entry = Entry(request.path, request.headers.get("Range"), 0, 0, dict(request.headers))
+        self.log.entries.append(entry)
+        data = self._blobs.get(sha)
+        if data is None:
+            entry.status = 404
+            return web.Response(status=404)
+        return self._ranged(request, entry, data, {"ETag": f'"{sha}"'})
+
+    def _error(
+        self, entry: Entry, status: int, code: str, *, commit: str | None = None
+    ) -> web.Response:
+        entry.status = status
+        headers = {"X-Error-Code": code}
+        if commit:
+            headers["X-Repo-Commit"] = commit
+        return web.Response(status=status, headers=headers, text=code)
+
+    def _ranged(
+        self, request: web.Request, entry: Entry, data: bytes, headers: dict[str, str]
+    ) -> web.Response:
+        rng = re.fullmatch(r"bytes=(\d+)-(\d*)", request.headers.get("Range", ""))
+        headers["Accept-Ranges"] = "bytes"
+        if rng is None:
+            entry.status = 200
+            entry.sent_bytes = len(data) if request.method == "GET" else 0
+            return web.Response(status=200, body=data, headers=headers)
+        start = int(rng.group(1))
+        last = min(int(rng.group(2)) if rng.group(2) else len(data) - 1, len(data) - 1)
+        if start >= len(data):
+            entry.status = 416
+            headers["Content-Range"] = f"bytes */{len(data)}"
+            return web.Response(status=416, headers=headers)
+        body = data[start : last + 1]
+        headers["Content-Range"] = f"bytes {start}-{last}/{len(data)}"
+        entry.status = 206
+        entry.sent_bytes = len(body) if request.method == "GET" else 0
+        return web.Response(status=206, body=body, headers=headers)
