@@ -29,12 +29,11 @@ class OutputArray:
         self.dtype = dt
         self.shape = shape
         self.num_elements = math.prod(shape)
-        self._storage: npt.NDArray[Any]
-        if dt.packed:
-            self._storage = np.empty(dt.nbytes(self.num_elements), dtype=np.uint8)
-        else:
-            self._storage = np.empty(shape, dtype=dt.numpy)
-        self.buffer: memoryview = self._storage.reshape(-1).view(np.uint8).data
+        # Bytes first, typed view at the end: one allocation, and the byte view is free.
+        self._storage: npt.NDArray[np.uint8] = np.empty(
+            dt.nbytes(self.num_elements), dtype=np.uint8
+        )
+        self.buffer: memoryview = self._storage.data
 
     @property
     def nbytes(self) -> int:
@@ -43,13 +42,13 @@ class OutputArray:
 
     def packed_bytes(self) -> npt.NDArray[np.uint8]:
         """The bytes as stored in the file (uint8, 1-D); for packed dtypes, the packed values."""
-        return self._storage.reshape(-1).view(np.uint8)
+        return self._storage
 
     def result(self) -> npt.NDArray[Any]:
         """The finished array; sub-byte dtypes are unpacked to one ml_dtypes value per element."""
         if self.dtype.packed:
             return unpack(self._storage, self.dtype, self.num_elements).reshape(self.shape)
-        return self._storage
+        return self._storage.view(self.dtype.numpy).reshape(self.shape)
 
 
 def fill_from_file_bytes(

@@ -10,7 +10,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from .dtypes import DType, dtype
+from .dtypes import DTYPES, DType, dtype
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,7 +36,7 @@ class TensorInfo:
     @property
     def dtype_info(self) -> DType:
         """The dtype's table entry."""
-        return dtype(self.dtype)
+        return DTYPES.get(self.dtype) or dtype(self.dtype)
 
     @property
     def nbytes(self) -> int:
