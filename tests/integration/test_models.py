@@ -367,3 +367,30 @@ def test_s3_missing_object(s3_env: str) -> None:
         )
     with pytest.raises(rt.NotFoundError, match="neither"):
         rt.open_model("s3://empty-bucket/nothing/", storage_options={"skip_instance_cache": True})
+
+
+def test_chained_fsspec_url(moto_endpoint: str, tmp_path: Path) -> None:
+    tensors = {"w": np.arange(6, dtype=np.int16)}
+    put_s3(moto_endpoint, "chain-bucket", {"m.safetensors": write_reference(tensors)})
+    options = {
+        "s3": {"endpoint_url": moto_endpoint, "key": "testing", "secret": "testing"},
+        "simplecache": {"cache_storage": str(tmp_path / "cache")},
+    }
+    with rt.safe_open("simplecache::s3://chain-bucket/m.safetensors", storage_options=options) as f:
+        assert f.get_tensor("w").tobytes() == tensors["w"].tobytes()
+
+
+def test_hub_locations_parse() -> None:
+    from remotetensors.sources.hub import HubPath
+
+    path = HubPath.parse("hf://datasets/org/data@refs%2Fpr%2F1/sub/x.safetensors")
+    assert (path.repo_type, path.repo_id, path.revision, path.path) == (
+        "datasets",
+        "org/data",
+        "refs/pr/1",
+        "sub/x.safetensors",
+    )
+    assert str(path) == "hf://datasets/org/data@refs%2Fpr%2F1/sub/x.safetensors"
+    assert HubPath.parse("hf://org/model").path == ""
+    with pytest.raises(ValueError, match="expected"):
+        HubPath.parse("hf://lonely")
