@@ -67,8 +67,29 @@ def parameter_count(tensors: Iterable[TensorInfo]) -> dict[str, int]:
     return dict(sorted(counts.items()))
 
 
+class _Totals:
+    """Counts over ``self.tensors``, shared by file and model indexes."""
+
+    __slots__ = ()
+    tensors: Mapping[str, TensorInfo]
+
+    def parameter_count(self) -> dict[str, int]:
+        """Elements per dtype name (the hub's rule); see :func:`parameter_count`."""
+        return parameter_count(self.tensors.values())
+
+    @property
+    def num_parameters(self) -> int:
+        """Total number of elements over all tensors."""
+        return sum(info.num_elements for info in self.tensors.values())
+
+    @property
+    def nbytes(self) -> int:
+        """Total bytes of tensor data."""
+        return sum(info.nbytes for info in self.tensors.values())
+
+
 @dataclass(frozen=True, slots=True)
-class FileIndex:
+class FileIndex(_Totals):
     """Everything a file's header says, validated.
 
     Attributes:
@@ -106,20 +127,6 @@ class FileIndex:
         """Tensor names in data order (like ``safetensors.safe_open.offset_keys()``)."""
         return list(self.tensors)
 
-    def parameter_count(self) -> dict[str, int]:
-        """Elements per dtype name; see :func:`parameter_count`."""
-        return parameter_count(self.tensors.values())
-
-    @property
-    def num_parameters(self) -> int:
-        """Total number of elements over all tensors."""
-        return sum(info.num_elements for info in self.tensors.values())
-
-    @property
-    def nbytes(self) -> int:
-        """Total bytes of tensor data (the file size less the 8-byte prefix and the header)."""
-        return sum(info.nbytes for info in self.tensors.values())
-
     def __len__(self) -> int:
         return len(self.tensors)
 
@@ -132,7 +139,7 @@ class FileIndex:
 
 
 @dataclass(frozen=True, slots=True)
-class ModelIndex:
+class ModelIndex(_Totals):
     """What the headers of a model's files say, joined: one file, or a sharded checkpoint.
 
     Attributes:
@@ -155,20 +162,6 @@ class ModelIndex:
     def keys(self) -> list[str]:
         """Tensor names, sorted."""
         return list(self.tensors)
-
-    def parameter_count(self) -> dict[str, int]:
-        """Elements per dtype over all tensors (the hub's rule)."""
-        return parameter_count(self.tensors.values())
-
-    @property
-    def num_parameters(self) -> int:
-        """Total number of elements."""
-        return sum(info.num_elements for info in self.tensors.values())
-
-    @property
-    def nbytes(self) -> int:
-        """Total bytes of tensor data."""
-        return sum(info.nbytes for info in self.tensors.values())
 
     @property
     def header_bytes(self) -> int:

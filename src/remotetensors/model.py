@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import fnmatch
-import json
 import os
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
@@ -19,7 +18,9 @@ import httpx
 
 from .errors import HeaderError, HeaderErrorKind, NotFoundError, TensorNotFoundError
 from .fetch import gather_or_cancel
+from .formats.index_json import ShardIndex, parse_index
 from .index import FileIndex, ModelIndex, TensorInfo
+from .opening import Opening
 from .options import ReadOptions
 from .reader import AsyncTensorFile
 from .sources.http import HttpOptions
@@ -220,8 +221,8 @@ async def load_model(
             storage_options=storage_options,
         )
         if name is not None and name.endswith(".json"):
-            index_json = await _read_json(place, name)
-            model = await _open_sharded(text, place, index_json, options, framework)
+            shard_index = await _read_index(place, name)
+            model = await _open_sharded(text, place, shard_index, options, framework)
         elif name is not None:
             file = await AsyncTensorFile.open(
                 place.open(name), options=options, framework=framework
@@ -248,7 +249,7 @@ async def _discover(
     single_task = asyncio.ensure_future(
         AsyncTensorFile.open(place.open(SINGLE_FILE), options=options, framework=framework)
     )
-    index_task = asyncio.ensure_future(_read_json(place, INDEX_FILE))
+    index_task = asyncio.ensure_future(_read_index(place, INDEX_FILE))
     await asyncio.gather(single_task, index_task, return_exceptions=True)
     single_error = single_task.exception()
     index_error = index_task.exception()
@@ -266,7 +267,8 @@ async def _discover(
     raise single_error if not isinstance(single_error, NotFoundError) else index_error
 
 
-async def _read_json(place: Place, name: str) -> dict[str, Any]:
+async def _read_index(place: Place, name: str) -> ShardIndex:
+    """Fetch an index file (one request when it fits the window) and parse it."""
     source = place.open(name)
     try:
         prefix = await source.open_prefix(INDEX_WINDOW_BYTES)
@@ -275,37 +277,18 @@ async def _read_json(place: Place, name: str) -> dict[str, Any]:
             data += await source.read(len(data), prefix.size)
     finally:
         await source.aclose()
-    location = place.location(name)
-    try:
-        parsed = json.loads(data)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise HeaderError(
-            HeaderErrorKind.INVALID_JSON, f"the index is not JSON: {exc}", location=location
-        ) from None
-    weight_map = parsed.get("weight_map") if isinstance(parsed, dict) else None
-    if not isinstance(weight_map, dict) or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in weight_map.items()
-    ):
-        raise HeaderError(
-            HeaderErrorKind.INVALID_JSON,
-            'the index has no "weight_map" object of tensor name -> file name',
-            location=location,
-        )
-    result: dict[str, Any] = parsed
-    return result
+    return parse_index(data, location=place.location(name))
 
 
 async def _open_sharded(
     location: str,
     place: Place,
-    index_json: Mapping[str, Any],
+    shard_index: ShardIndex,
     options: ReadOptions,
     framework: str,
 ) -> AsyncModel:
-    weight_map: dict[str, str] = index_json["weight_map"]
-    by_file: dict[str, list[str]] = {}
-    for tensor, file in weight_map.items():
-        by_file.setdefault(file, []).append(tensor)
+    weight_map = shard_index.weight_map
+    by_file = shard_index.tensors_by_file()
     opened: dict[str, AsyncTensorFile] = {}
 
     async def open_shard(file: str, names: list[str]) -> None:
@@ -340,33 +323,15 @@ async def _open_sharded(
             if weight_map.get(name) != file
         )
     )
-    metadata = index_json.get("metadata")
     file_indexes: dict[str, FileIndex] = {file: f.index for file, f in files.items()}
-    index = ModelIndex(
-        file_indexes, tensors, metadata if isinstance(metadata, dict) else None, unmapped
-    )
+    index = ModelIndex(file_indexes, tensors, shard_index.metadata, unmapped)
     return AsyncModel(location, files, index)
 
 
-class open_model_async:
+def open_model_async(location: str | os.PathLike[str], **kwargs: Any) -> Opening[AsyncModel]:
     """Open a model for async use: ``async with open_model_async("s3://bucket/llama/") as m:``.
 
     Also awaitable: ``m = await open_model_async(...)`` (then ``await m.aclose()``). Takes the
-    arguments of :func:`load_model`.
+    keyword arguments of :func:`load_model`.
     """
-
-    def __init__(self, location: str | os.PathLike[str], **kwargs: Any) -> None:
-        self._location = location
-        self._kwargs = kwargs
-        self._model: AsyncModel | None = None
-
-    def __await__(self) -> Any:
-        return load_model(self._location, **self._kwargs).__await__()
-
-    async def __aenter__(self) -> AsyncModel:
-        self._model = await load_model(self._location, **self._kwargs)
-        return self._model
-
-    async def __aexit__(self, *exc: object) -> None:
-        if self._model is not None:
-            await self._model.aclose()
+    return Opening(lambda: load_model(location, **kwargs))

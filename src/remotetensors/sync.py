@@ -14,6 +14,7 @@ import threading
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from .model import AsyncModel, load_model
+from .opening import Opening
 from .options import ReadOptions
 from .reader import AsyncTensorFile
 from .sources.resolve import open_source
@@ -86,56 +87,18 @@ async def open_file_async(
     return await AsyncTensorFile.open(source, options=options, framework=framework)
 
 
-class open_async:  # named like a function: it is used as one
+def open_async(location: str | os.PathLike[str], **kwargs: Any) -> Opening[AsyncTensorFile]:
     """Open a tensor file for async use.
 
-    ``async with open_async(url) as f: array = await f.get_tensor("embed")``
+    ``async with open_async(url) as f: array = await f.get_tensor("embed")``, or
+    ``f = await open_async(url)`` (then ``await f.aclose()``).
 
-    Once entered (or awaited), the header has been read: ``keys()``, ``offset_keys()``,
-    ``metadata()`` and ``index`` are plain; the methods that fetch data are coroutines.
-
-    Args:
-        location: an ``http(s)://`` URL, a ``file://`` URL or a local path.
-        framework: ``"numpy"`` (or ``"np"``) or ``"pt"`` (torch tensors; needs torch).
-        options: header window, coalescing gap, part size and concurrency.
-        http_options: timeouts, retries, headers of the HTTP source.
+    Once opened, the header has been read: ``keys()``, ``offset_keys()``, ``metadata()`` and
+    ``index`` are plain; the methods that fetch data are coroutines. Takes the keyword arguments
+    of :func:`open_file_async` (``framework``, ``options``, ``http_options``,
+    ``storage_options``, ``token``, ``revision``).
     """
-
-    def __init__(
-        self,
-        location: str | os.PathLike[str],
-        *,
-        framework: str = "numpy",
-        options: ReadOptions | None = None,
-        http_options: HttpOptions | None = None,
-        storage_options: Mapping[str, Any] | None = None,
-        token: str | bool | None = None,
-        revision: str | None = None,
-    ) -> None:
-        self._location = location
-        self._kwargs: dict[str, Any] = {
-            "framework": framework,
-            "options": options,
-            "http_options": http_options,
-            "storage_options": storage_options,
-            "token": token,
-            "revision": revision,
-        }
-        self._file: AsyncTensorFile | None = None
-
-    def _opening(self) -> Coroutine[Any, Any, AsyncTensorFile]:
-        return open_file_async(self._location, **self._kwargs)
-
-    def __await__(self) -> Any:
-        return self._opening().__await__()
-
-    async def __aenter__(self) -> AsyncTensorFile:
-        self._file = await self._opening()
-        return self._file
-
-    async def __aexit__(self, *exc: object) -> None:
-        if self._file is not None:
-            await self._file.aclose()
+    return Opening(lambda: open_file_async(location, **kwargs))
 
 
 class safe_open:  # safetensors' name for it, so that one import changes
