@@ -1,0 +1,144 @@
+"""The command line against loopback servers: human and JSON output, errors, the demo."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from remotetensors.cli import main, parse_slice
+from tests.integration.test_models import expected_counts, serve, sharded
+from tests.reference import write_reference
+from tests.servers import FaultyServer
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    status = main(list(argv))
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+def test_params_human_and_json(faulty: FaultyServer, capsys: pytest.CaptureFixture[str]) -> None:
+    files, tensors = sharded(shards=3)
+    base = serve(faulty, files)
+    status, out, _ = run(capsys, "params", base, "--json")
+    assert status == 0
+    data = json.loads(out)
+    total = sum(t.size for t in tensors.values())
+    assert data == {
+        "total": total,
+        "by_dtype": expected_counts(tensors),
+        "bytes": sum(t.nbytes for t in tensors.values()),
+        "files": 3,
+    }
+    status, out, _ = run(capsys, "params", base)
+    assert status == 0
+    assert out.startswith(f"{total / 1000:.1f}K parameters ({total:,})")
+    assert "BF16" in out
+
+
+def test_info_and_ls(faulty: FaultyServer, capsys: pytest.CaptureFixture[str]) -> None:
+    files, tensors = sharded(shards=2)
+    base = serve(faulty, files)
+    status, out, _ = run(capsys, "info", base, "--json")
+    assert status == 0
+    info = json.loads(out)
+    assert info["tensors"] == len(tensors)
+    assert {f["format"] for f in info["files"].values()} == {"safetensors"}
+    assert all(f["metadata"] == {"format": "pt"} for f in info["files"].values())
+    status, out, _ = run(capsys, "info", base)
+    assert "format:     safetensors" in out
+    status, out, _ = run(capsys, "ls", base, "--filter", "model.layers.0.*", "--json")
+    rows = json.loads(out)
+    assert [r["name"] for r in rows] == ["model.layers.0.mlp.weight", "model.layers.0.norm.weight"]
+    assert rows[0]["shape"] == [64, 32]
+    assert rows[0]["file"] == "model-00001-of-00002.safetensors"
+    status, out, _ = run(capsys, "ls", base, "--filter", "model.layers.0.*")
+    assert out.splitlines()[0].split() == ["name", "dtype", "shape", "size", "file"]
+    assert len(out.splitlines()) == 3
+
+
+def test_get_writes_npy_and_safetensors(
+    faulty: FaultyServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from safetensors.numpy import load_file
+
+    files, tensors = sharded(shards=2)
+    base = serve(faulty, files)
+    name = "model.embed_tokens.weight"
+    target = tmp_path / "rows.npy"
+    status, out, _ = run(capsys, "get", base, name, "--slice", "10:20, 0:8", "-o", str(target))
+    assert status == 0
+    assert np.load(target).tobytes() == tensors[name][10:20, 0:8].tobytes()
+    target = tmp_path / "norm.safetensors"
+    status, _, _ = run(capsys, "get", base, "model.layers.0.norm.weight", "-o", str(target))
+    assert status == 0
+    loaded = load_file(str(target))
+    assert (
+        loaded["model.layers.0.norm.weight"].tobytes()
+        == tensors["model.layers.0.norm.weight"].tobytes()
+    )
+
+
+@pytest.mark.parametrize(
+    ("case", "message"),
+    [
+        ("missing file", "no such file"),
+        ("404", "not found"),
+        ("not safetensors", "header too large"),
+        ("unknown tensor", "does not contain tensor"),
+        ("bad slice", "out of bounds"),
+    ],
+)
+def test_errors_are_one_line_and_non_zero(
+    faulty: FaultyServer,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    case: str,
+    message: str,
+) -> None:
+    good = faulty.put("m.safetensors", write_reference({"w": np.ones((4, 4), np.float32)}))
+    text = tmp_path / "notes.safetensors"
+    text.write_text("just some text, not tensors at all")
+    argv = {
+        "missing file": ["params", str(tmp_path / "absent.safetensors")],
+        "404": ["params", f"{faulty.url}/f/absent.safetensors"],
+        "not safetensors": ["info", str(text)],
+        "unknown tensor": ["get", good, "nope", "-o", str(tmp_path / "x.npy")],
+        "bad slice": ["get", good, "w", "--slice", "9:10", "-o", str(tmp_path / "x.npy")],
+    }[case]
+    status, out, err = run(capsys, *argv)
+    assert status == 1
+    assert out == ""
+    assert err.startswith("remotetensors: error: ")
+    assert message in err
+    assert len(err.strip().splitlines()) == 1
+    assert "Traceback" not in err
+
+
+def test_parse_slice() -> None:
+    assert parse_slice("1000:2000") == (slice(1000, 2000),)
+    assert parse_slice(":, 0:8:2, 3, ...") == (slice(None), slice(0, 8, 2), 3, Ellipsis)
+    with pytest.raises(ValueError, match="bad slice"):
+        parse_slice("1:2:3:4")
+
+
+def test_demo_runs_offline_as_a_module() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "remotetensors", "demo"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        stdin=subprocess.DEVNULL,
+    )
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "$ remotetensors params" in out
+    assert "$ remotetensors get" in out
+    assert out.count("crossed the network") == 3
+    assert "Traceback" not in result.stderr
