@@ -71,7 +71,7 @@ def test_get_writes_npy_and_safetensors(
     base = serve(faulty, files)
     name = "model.embed_tokens.weight"
     target = tmp_path / "rows.npy"
-    status, out, _ = run(capsys, "get", base, name, "--slice", "10:20, 0:8", "-o", str(target))
+    status, _out, _ = run(capsys, "get", base, name, "--slice", "10:20, 0:8", "-o", str(target))
     assert status == 0
     assert np.load(target).tobytes() == tensors[name][10:20, 0:8].tobytes()
     target = tmp_path / "norm.safetensors"
