@@ -48,6 +48,15 @@ class TensorInfo:
         """Number of elements (parameters): the product of the shape, 1 for a scalar."""
         return math.prod(self.shape)
 
+    def _repr_html_(self) -> str:
+        from html import escape
+
+        where = f" in {escape(self.file)}" if self.file else ""
+        return (
+            f"<code>{escape(self.name)}</code>: {self.dtype} {list(self.shape)}, "
+            f"{self.num_elements:,} parameters, {self.nbytes:,} bytes{where}"
+        )
+
     def __repr__(self) -> str:
         where = f", file={self.file!r}" if self.file is not None else ""
         return (
@@ -130,6 +139,11 @@ class FileIndex(_Totals):
     def __len__(self) -> int:
         return len(self.tensors)
 
+    def _repr_html_(self) -> str:
+        from .display import html_view
+
+        return html_view(f"{self.format} file", self.tensors.values())
+
     def __repr__(self) -> str:
         return (
             f"FileIndex({self.format}, {len(self.tensors)} tensors, "
@@ -167,3 +181,10 @@ class ModelIndex(_Totals):
     def header_bytes(self) -> int:
         """Bytes of all headers (8-byte prefixes included)."""
         return sum(f.data_offset for f in self.files.values())
+
+    def _repr_html_(self) -> str:
+        from .display import html_view
+
+        return html_view(
+            f"model in {len(self.files)} file(s)", self.tensors.values(), show_files=True
+        )

@@ -173,6 +173,11 @@ class AsyncModel:
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
 
+    def _repr_html_(self) -> str:
+        from .display import html_view
+
+        return html_view(self.location, self.tensors.values(), show_files=True)
+
     def __repr__(self) -> str:
         return (
             f"<AsyncModel {self.location}: {len(self.index.files)} file(s), "

@@ -203,6 +203,11 @@ class AsyncTensorFile:
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
 
+    def _repr_html_(self) -> str:
+        from .display import html_view
+
+        return html_view(self.location, self._index.tensors.values())
+
     def __repr__(self) -> str:
         state = "closed" if self._closed else f"{len(self._index)} tensors"
         return f"<AsyncTensorFile {self.location} ({state})>"

@@ -192,6 +192,9 @@ class safe_open:  # safetensors' name for it, so that one import changes
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def _repr_html_(self) -> str:
+        return self._file._repr_html_()
+
     def __repr__(self) -> str:
         return repr(self._file).replace("AsyncTensorFile", "safe_open", 1)
 
@@ -288,6 +291,9 @@ class Model:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    def _repr_html_(self) -> str:
+        return self._model._repr_html_()
 
     def __repr__(self) -> str:
         return repr(self._model).replace("AsyncModel", "Model", 1)
