@@ -1,0 +1,52 @@
+"""Every notebook in notebooks/ runs top to bottom against a loopback hub stand-in."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.hub_standin import HubStandIn
+from tests.integration.test_models import sharded
+
+NOTEBOOKS = sorted((Path(__file__).parents[2] / "notebooks").glob("*.ipynb"))
+
+
+@pytest.fixture
+def hub_model(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    hub = HubStandIn()
+    files, _ = sharded(shards=2, layers_per_shard=2)
+    hub.add("example/tiny-model", files)
+    monkeypatch.setenv("HF_ENDPOINT", hub.endpoint)
+    monkeypatch.setenv("REMOTETENSORS_EXAMPLE_MODEL", "hf://example/tiny-model")
+    monkeypatch.setenv("HF_TOKEN", "")
+    try:
+        yield "hf://example/tiny-model"
+    finally:
+        hub.stop()
+
+
+def test_there_are_notebooks() -> None:
+    assert NOTEBOOKS
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_notebook_runs(path: Path, hub_model: str, tmp_path: Path) -> None:
+    import nbformat
+    from nbclient import NotebookClient
+
+    notebook = nbformat.read(path, as_version=4)  # type: ignore[no-untyped-call]
+    client = NotebookClient(
+        notebook,
+        timeout=300,
+        kernel_name="python3",
+        resources={"metadata": {"path": str(tmp_path)}},
+    )
+    client.execute()
+    outputs = [o for cell in notebook.cells if cell.cell_type == "code" for o in cell.outputs]
+    assert not [o for o in outputs if o.output_type == "error"]
+    text = "\n".join(str(o.get("text", "")) + str(o.get("data", {})) for o in outputs)
+    assert "cosine similarity" in text
+    assert "<details>" in text  # the model's HTML view rendered
+    assert "image/png" in text  # the histogram
