@@ -13,6 +13,7 @@ import asyncio
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from .progress import bar, wanted
 from .ranges import ByteRange, Part, plan_reads
 
 if TYPE_CHECKING:
@@ -68,12 +69,22 @@ async def fetch_into(
         part_size_bytes=options.part_size_bytes,
     )
     limit = asyncio.Semaphore(options.max_concurrency)
+    shown = bar(
+        total=plan.fetched_bytes,
+        unit="B",
+        description=source.location.rsplit("/", 1)[-1],
+        enabled=wanted(options.progress),
+    )
 
     async def run(part: Part) -> None:
         async with limit:
             await _fetch_part(source, part, remaining)
+        shown.update(part.range.length)
 
-    await gather_or_cancel([run(part) for part in plan.parts])
+    try:
+        await gather_or_cancel([run(part) for part in plan.parts])
+    finally:
+        shown.close()
 
 
 async def gather_or_cancel(coroutines: Sequence[Coroutine[Any, Any, None]]) -> None:

@@ -22,6 +22,7 @@ from .formats.index_json import ShardIndex, parse_index
 from .index import FileIndex, ModelIndex, TensorInfo
 from .opening import Opening
 from .options import ReadOptions
+from .progress import bar, wanted
 from .reader import AsyncTensorFile
 from .sources.http import HttpOptions
 from .sources.resolve import Place, split_location
@@ -295,18 +296,27 @@ async def _open_sharded(
     weight_map = shard_index.weight_map
     by_file = shard_index.tensors_by_file()
     opened: dict[str, AsyncTensorFile] = {}
+    shown = bar(
+        total=len(by_file),
+        unit="file",
+        description="shard headers",
+        enabled=wanted(options.progress),
+    )
 
     async def open_shard(file: str, names: list[str]) -> None:
         shard_options = replace(options, header_window_bytes=header_window_for(names))
         opened[file] = await AsyncTensorFile.open(
             place.open(file), options=shard_options, framework=framework
         )
+        shown.update(1)
 
     try:
         await gather_or_cancel([open_shard(f, names) for f, names in by_file.items()])
     except BaseException:
         await asyncio.gather(*(f.aclose() for f in opened.values()))
         raise
+    finally:
+        shown.close()
     files = {file: opened[file] for file in by_file}
     tensors: dict[str, TensorInfo] = {}
     for tensor, file in weight_map.items():

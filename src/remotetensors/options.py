@@ -25,6 +25,8 @@ class ReadOptions:
         part_size_bytes: largest single request; bigger ranges are split and fetched
             concurrently.
         max_concurrency: requests in flight at once.
+        progress: show tqdm bars for downloads and shard scans that take more than a second;
+            None (the default) shows them when stderr is a terminal.
 
     Raises:
         ValueError: on construction, for a non-positive size or concurrency or a negative gap.
@@ -34,6 +36,7 @@ class ReadOptions:
     max_gap_bytes: int = DEFAULT_MAX_GAP_BYTES
     part_size_bytes: int = DEFAULT_PART_SIZE_BYTES
     max_concurrency: int = DEFAULT_MAX_CONCURRENCY
+    progress: bool | None = None
 
     def __post_init__(self) -> None:
         if self.header_window_bytes < 8:

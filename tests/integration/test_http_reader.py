@@ -557,3 +557,22 @@ def test_ctrl_c_cancels_the_work_in_flight(
         time.sleep(0.05)
     assert asyncio.run_coroutine_threadsafe(pending(), loop).result(5) == 0
     f.close()
+
+
+def test_progress_bars_only_when_asked_or_on_a_terminal(
+    model_on_faulty: tuple[FaultyServer, str, dict[str, Any]],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    _, url, tensors = model_on_faulty
+    monkeypatch.setattr("remotetensors.progress.SHOW_AFTER_SECONDS", 0)
+    with rt.safe_open(url, options=rt.ReadOptions(header_window_bytes=2048)) as f:
+        f.get_tensor("embed")
+    assert capsys.readouterr().err == ""  # stderr is not a terminal here: no bar
+    options = rt.ReadOptions(header_window_bytes=2048, progress=True)
+    with rt.safe_open(url, options=options) as f:
+        assert f.get_tensor("embed").tobytes() == tensors["embed"].tobytes()
+    err = capsys.readouterr().err
+    assert "m.safetensors" in err
+    assert "/255k" in err  # the bar's total: the tensor's bytes beyond the first window, in KiB
+    assert "B/s" in err
