@@ -41,6 +41,7 @@ from ..errors import (
 )
 from .base import ByteSource, Prefix
 from .rawhttp import RawConnectionError, RawRangeClient, RawTimeoutError
+from .tls import shared_ssl_context
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -80,7 +81,7 @@ class HttpOptions:
     backoff_initial_seconds: float = 0.25
     backoff_max_seconds: float = 8.0
     max_retry_after_seconds: float = 60.0
-    max_connections: int = 32
+    max_connections: int = 64
     headers: Mapping[str, str] = field(default_factory=dict)
     accept_whole_body_below_bytes: int = 0
     direct_reads: bool = True
@@ -94,6 +95,7 @@ class HttpOptions:
                 max_keepalive_connections=self.max_connections,
             ),
             follow_redirects=True,
+            verify=shared_ssl_context(),
         )
 
 

@@ -14,7 +14,6 @@ decides what to do. Connections are kept alive and reused per host.
 from __future__ import annotations
 
 import asyncio
-import ssl
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -22,6 +21,8 @@ from typing import TypeVar
 from urllib.parse import urlsplit
 
 import httpx
+
+from .tls import shared_ssl_context
 
 _MAX_HEAD_BYTES = 64 * 1024
 _SCRATCH_BYTES = 64 * 1024
@@ -215,7 +216,6 @@ class RawRangeClient:
         self._read_timeout = read_timeout_seconds
         self._max_idle = max_idle_per_host
         self._idle: dict[tuple[str, str, int], list[_Protocol]] = {}
-        self._ssl: ssl.SSLContext | None = None
 
     async def get_into(
         self, url: str, headers: dict[str, str], target: memoryview, accept: Accept
@@ -259,9 +259,7 @@ class RawRangeClient:
         scheme, host, port = key
         context = None
         if scheme == "https":
-            if self._ssl is None:
-                self._ssl = ssl.create_default_context()
-            context = self._ssl
+            context = shared_ssl_context()
         loop = asyncio.get_running_loop()
         try:
             _, protocol = await asyncio.wait_for(

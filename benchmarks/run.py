@@ -1,0 +1,540 @@
+"""Side-by-side benchmarks against the tools users would pick instead, in one run.
+
+Usage:  python benchmarks/run.py [--latency-ms 0 50] [--out benchmarks/results]
+
+Starts the loopback file server of ``benchmarks/server.py`` in its own process (once per latency),
+builds the test files in a temporary folder, runs every workload with every tool, and writes a
+Markdown report named after the date. See benchmarks/README.md for what is measured and how.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+from safetensors.numpy import save_file
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+
+
+# --- the server ---------------------------------------------------------------------------------
+
+
+class Server:
+    def __init__(self, folder: Path, latency_ms: float) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, str(HERE / "server.py"), str(folder), str(latency_ms)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert self.process.stdout is not None
+        self.url = f"http://127.0.0.1:{self.process.stdout.readline().strip()}"
+
+    def stats(self) -> dict[str, int]:
+        result: dict[str, int] = httpx.get(f"{self.url}/__stats").json()
+        return result
+
+    def stop(self) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.close()
+        self.process.wait(10)
+
+
+@contextmanager
+def serving(folder: Path, latency_ms: float) -> Iterator[Server]:
+    server = Server(folder, latency_ms)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
+    started = time.perf_counter()
+    result = fn()
+    return time.perf_counter() - started, result
+
+
+# --- test files ----------------------------------------------------------------------------------
+
+
+def write_models(root: Path) -> None:
+    """bench/single (one file), bench/wide (a ~650 KB header), bench/shard72 (72 shards)."""
+    rng = np.random.default_rng(0)
+    single = root / "bench" / "single"
+    single.mkdir(parents=True)
+    save_file(
+        {
+            f"model.layers.{i}.w{j}": rng.standard_normal((64, 64)).astype(np.float16)
+            for i in range(12)
+            for j in range(4)
+        },
+        str(single / "model.safetensors"),
+    )
+    wide = root / "bench" / "wide"
+    wide.mkdir(parents=True)
+    save_file(
+        {
+            f"model.encoder.block.{i}.layer.{j}.attention.projection.weight": np.zeros(
+                (2, 2), np.float16
+            )
+            for i in range(1000)
+            for j in range(7)
+        },
+        str(wide / "model.safetensors"),
+    )
+    sharded = root / "bench" / "shard72"
+    sharded.mkdir(parents=True)
+    weight_map = {}
+    for s in range(72):
+        name = f"model-{s + 1:05d}-of-00072.safetensors"
+        tensors = {
+            f"model.layers.{s}.{part}.weight": np.zeros((8, 8), np.float16)
+            for part in (
+                "self_attn.q_proj",
+                "self_attn.k_proj",
+                "self_attn.v_proj",
+                "self_attn.o_proj",
+                "mlp.gate_proj",
+                "mlp.up_proj",
+                "mlp.down_proj",
+                "input_layernorm",
+                "post_attention_layernorm",
+            )
+        }
+        save_file(tensors, str(sharded / name))
+        weight_map.update(dict.fromkeys(tensors, name))
+    (sharded / "model.safetensors.index.json").write_text(
+        json.dumps({"metadata": {"total_size": 0}, "weight_map": weight_map})
+    )
+
+
+def write_big_model(root: Path) -> list[str]:
+    """~1 GB in 4 shards of 256 MiB (F32); returns five tensor names spread over three shards."""
+    folder = root / "files" / "big"
+    folder.mkdir(parents=True)
+    weight_map = {}
+    for s in range(4):
+        name = f"model-{s + 1:05d}-of-00004.safetensors"
+        tensors = {
+            f"layers.{s}.{k}": np.full((1024, 2048), s * 100 + k, np.float32) for k in range(32)
+        }
+        save_file(tensors, str(folder / name))
+        weight_map.update(dict.fromkeys(tensors, name))
+    (folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
+    return ["layers.0.3", "layers.0.17", "layers.1.5", "layers.3.0", "layers.3.31"]
+
+
+def write_big_tensor(root: Path) -> Path:
+    path = root / "files" / "tensor512.safetensors"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    save_file({"big": np.ones(512 * 1024 * 1024 // 4, np.float32)}, str(path))
+    return path
+
+
+def write_many(root: Path, count: int) -> Path:
+    folder = root / "files" / f"many{count}"
+    folder.mkdir(parents=True)
+    for i in range(count):
+        save_file(
+            {f"t{j}": np.zeros(16, np.float32) for j in range(50)},
+            str(folder / f"f{i}.safetensors"),
+        )
+    return folder
+
+
+# --- 1. parameter counting ----------------------------------------------------------------------
+
+
+def count_ours(server: Server, repo: str) -> dict[str, int]:
+    import remotetensors as rt
+
+    os.environ["HF_ENDPOINT"] = server.url
+    with rt.open_model(f"hf://bench/{repo}", token=False) as model:
+        return model.parameter_count()
+
+
+def count_hub(server: Server, repo: str, cache: Path) -> dict[str, int]:
+    from huggingface_hub import HfApi, constants
+
+    constants.HF_HUB_CACHE = str(cache)
+    meta = HfApi(endpoint=server.url, token=False).get_safetensors_metadata(f"bench/{repo}")
+    return dict(sorted(meta.parameter_count.items()))
+
+
+def count_fsspec(server: Server, repo: str) -> dict[str, int]:
+    import fsspec
+
+    fs = fsspec.filesystem("http", skip_instance_cache=True)
+    base = f"{server.url}/bench/{repo}/resolve/main"
+    try:
+        index = json.loads(fs.cat_file(f"{base}/model.safetensors.index.json"))
+        files = sorted(set(index["weight_map"].values()))
+    except FileNotFoundError:
+        files = ["model.safetensors"]
+    counts: dict[str, int] = {}
+    for name in files:
+        n = int.from_bytes(fs.cat_file(f"{base}/{name}", start=0, end=8), "little")
+        header = json.loads(fs.cat_file(f"{base}/{name}", start=8, end=8 + n))
+        for key, entry in header.items():
+            if key != "__metadata__":
+                counts[entry["dtype"]] = counts.get(entry["dtype"], 0) + int(
+                    np.prod(entry["shape"])
+                )
+    return dict(sorted(counts.items()))
+
+
+# --- 2. partial load ----------------------------------------------------------------------------
+
+
+def partial_ours(server: Server, names: list[str]) -> dict[str, Any]:
+    import remotetensors as rt
+
+    with rt.open_model(f"{server.url}/files/big/") as model:
+        return model.get_tensors(names)
+
+
+def partial_download(server: Server, names: list[str], scratch: Path) -> dict[str, Any]:
+    from safetensors import safe_open
+
+    index = httpx.get(f"{server.url}/files/big/model.safetensors.index.json").json()["weight_map"]
+    result = {}
+    for shard in sorted({index[n] for n in names}):
+        target = scratch / shard
+        with (
+            httpx.stream("GET", f"{server.url}/files/big/{shard}") as response,
+            target.open("wb") as out,
+        ):
+            for chunk in response.iter_bytes(1 << 20):
+                out.write(chunk)
+        with safe_open(str(target), "numpy") as f:
+            result.update({n: f.get_tensor(n) for n in names if index[n] == shard})
+        target.unlink()
+    return result
+
+
+def partial_fsspec(server: Server, names: list[str]) -> dict[str, Any]:
+    import fsspec
+
+    fs = fsspec.filesystem("http", skip_instance_cache=True)
+    base = f"{server.url}/files/big"
+    index = json.loads(fs.cat_file(f"{base}/model.safetensors.index.json"))["weight_map"]
+    paths, starts, ends, wanted = [], [], [], []
+    for shard in sorted({index[n] for n in names}):
+        n = int.from_bytes(fs.cat_file(f"{base}/{shard}", start=0, end=8), "little")
+        header = json.loads(fs.cat_file(f"{base}/{shard}", start=8, end=8 + n))
+        for name in names:
+            if index[name] == shard:
+                begin, stop = header[name]["data_offsets"]
+                paths.append(f"{base}/{shard}")
+                starts.append(8 + n + begin)
+                ends.append(8 + n + stop)
+                wanted.append(name)
+    blobs = fs.cat_ranges(paths, starts, ends)
+    return {n: np.frombuffer(b, np.float32) for n, b in zip(wanted, blobs, strict=True)}
+
+
+# --- 3. one big tensor, each tool in its own process ------------------------------------------
+
+# Each tool: (imports, body). Imports happen before the clock starts.
+BIG_TOOLS = {
+    "curl": ("", "run_child(['curl', '-s', '-o', '/dev/null', URL])\n"),
+    "remotetensors": (
+        "import remotetensors as rt\n",
+        "with rt.safe_open(URL) as f: a = f.get_tensor('big')\n",
+    ),
+    "httpx": (
+        "import httpx\n",
+        "buf = bytearray()\n"
+        "with httpx.stream('GET', URL, timeout=60) as r:\n"
+        "    for c in r.iter_raw(): buf += c\n",
+    ),
+    "aiohttp": (
+        "import asyncio, aiohttp\n",
+        "async def go():\n"
+        "    async with aiohttp.ClientSession() as s, s.get(URL) as r:\n"
+        "        return await r.read()\n"
+        "buf = asyncio.run(go())\n",
+    ),
+}
+
+# Peak RSS is the VmHWM of /proc/PID/status, which exec resets (getrusage's ru_maxrss is
+# inherited through fork and would report the parent's peak). A child (curl) is polled.
+BIG_WRAPPER = """
+import subprocess, sys, time
+def hwm(pid='self'):
+    for line in open(f'/proc/{{pid}}/status'):
+        if line.startswith('VmHWM:'):
+            return int(line.split()[1])
+    return 0
+child_peak = 0
+def run_child(argv):
+    global child_peak
+    process = subprocess.Popen(argv)
+    while process.poll() is None:
+        try:
+            child_peak = max(child_peak, hwm(process.pid))
+        except OSError:
+            pass
+        time.sleep(0.002)
+URL = sys.argv[1]
+{imports}
+start = time.perf_counter()
+{body}
+elapsed = time.perf_counter() - start
+print(elapsed, child_peak or hwm())
+"""
+
+
+def big_tensor(server: Server, size: int) -> list[dict[str, Any]]:
+    url = f"{server.url}/files/tensor512.safetensors"
+    rows = []
+    for tool, (imports, body) in BIG_TOOLS.items():
+        best: tuple[float, int] | None = None
+        for _ in range(3):
+            out = subprocess.run(
+                [sys.executable, "-c", BIG_WRAPPER.format(imports=imports, body=body), url],
+                capture_output=True,
+                text=True,
+                check=True,
+                cwd=ROOT,
+            ).stdout.split()
+            elapsed, rss_kib = float(out[0]), int(out[1])
+            if best is None or elapsed < best[0]:
+                best = (elapsed, rss_kib)
+        assert best is not None
+        rows.append(
+            {
+                "tool": tool,
+                "seconds": best[0],
+                "gbps": size / best[0] / 1e9,
+                "rss_mib": best[1] / 1024,
+            }
+        )
+    return rows
+
+
+# --- 5. scale -----------------------------------------------------------------------------------
+
+
+def scale(server: Server, count: int) -> dict[str, Any]:
+    snippet = (
+        "import asyncio, sys, time\nimport remotetensors as rt\n"
+        "async def go(urls):\n"
+        "    files = await asyncio.gather(*(rt.open_async(u) for u in urls))\n"
+        "    n = sum(len(f.index) for f in files)\n"
+        "    await asyncio.gather(*(f.aclose() for f in files))\n"
+        "    return n\n"
+        "urls = [f'{sys.argv[1]}/f{i}.safetensors' for i in range(int(sys.argv[2]))]\n"
+        "start = time.perf_counter(); n = asyncio.run(go(urls)); elapsed = time.perf_counter() - start\n"
+        "hwm = [l for l in open('/proc/self/status') if l.startswith('VmHWM:')][0].split()[1]\n"
+        "print(elapsed, hwm, n)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", snippet, f"{server.url}/files/many{count}", str(count)],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=ROOT,
+    ).stdout.split()
+    return {
+        "files": count,
+        "seconds": float(out[0]),
+        "rss_mib": int(out[1]) / 1024,
+        "tensors": int(out[2]),
+    }
+
+
+# --- the report ---------------------------------------------------------------------------------
+
+
+def machine() -> str:
+    cpu = "unknown CPU"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    return f"{platform.platform()}, {os.cpu_count()} cores ({cpu}), {memory:.0f} GiB, Python {platform.python_version()}"
+
+
+def table(headers: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--latency-ms", type=float, nargs="+", default=[0.0, 50.0])
+    parser.add_argument("--out", type=Path, default=HERE / "results")
+    args = parser.parse_args()
+    report = [
+        f"# remotetensors benchmarks, {time.strftime('%Y-%m-%d %H:%M')}",
+        "",
+        f"Machine: {machine()}",
+        "",
+    ]
+    with tempfile.TemporaryDirectory() as folder:
+        root = Path(folder)
+        print("writing test files ...", file=sys.stderr)
+        write_models(root)
+        names = write_big_model(root)
+        big = write_big_tensor(root)
+        for count in (10, 100, 1000):
+            write_many(root, count)
+        for latency in args.latency_ms:
+            with serving(root, latency) as server:
+                print(f"latency {latency} ms ...", file=sys.stderr)
+                report += [f"## Parameter counting, {latency:g} ms added per request", ""]
+                rows = []
+                for repo in ("single", "wide", "shard72"):
+                    results = {}
+                    for tool, fn in (
+                        ("remotetensors", lambda: count_ours(server, repo)),
+                        ("huggingface_hub", lambda: count_hub(server, repo, root / "hf-cache")),
+                        ("fsspec HTTP", lambda: count_fsspec(server, repo)),
+                    ):
+                        server.stats()
+                        seconds, counts = timed(fn)
+                        stats = server.stats()
+                        results[tool] = (seconds, stats, counts)
+                    ours = results["remotetensors"]
+                    for tool, (seconds, stats, counts) in results.items():
+                        assert counts == ours[2], (tool, counts, ours[2])
+                        rows.append(
+                            [
+                                repo,
+                                tool,
+                                f"{seconds * 1000:.0f} ms",
+                                str(stats["requests"]),
+                                f"{stats['bytes'] / 1e3:.1f} kB",
+                                f"{ours[0] / seconds:.2f}",
+                                f"{ours[1]['bytes'] / max(1, stats['bytes']):.2f}",
+                            ]
+                        )
+                report += [
+                    table(
+                        [
+                            "model",
+                            "tool",
+                            "wall",
+                            "requests",
+                            "bytes",
+                            "time ours/theirs",
+                            "bytes ours/theirs",
+                        ],
+                        rows,
+                    ),
+                    "",
+                ]
+                report += [
+                    f"## Partial load: 5 tensors (40 MiB) of a 1 GiB 4-shard model, {latency:g} ms",
+                    "",
+                ]
+                rows = []
+                partial: dict[str, tuple[float, dict[str, int]]] = {}
+                for tool, fn in (
+                    ("remotetensors", lambda: partial_ours(server, names)),
+                    ("download + safetensors", lambda: partial_download(server, names, root)),
+                    ("fsspec HTTP cat_ranges", lambda: partial_fsspec(server, names)),
+                ):
+                    server.stats()
+                    seconds, arrays = timed(fn)
+                    stats = server.stats()
+                    assert sorted(arrays) == sorted(names)
+                    partial[tool] = (seconds, stats)
+                ours_p = partial["remotetensors"]
+                for tool, (seconds, stats) in partial.items():
+                    rows.append(
+                        [
+                            tool,
+                            f"{seconds * 1000:.0f} ms",
+                            str(stats["requests"]),
+                            f"{stats['bytes'] / 2**20:.1f} MiB",
+                            f"{ours_p[0] / seconds:.2f}",
+                        ]
+                    )
+                report += [
+                    table(["tool", "wall", "requests", "bytes", "time ours/theirs"], rows),
+                    "",
+                ]
+                if latency == args.latency_ms[0]:
+                    report += [
+                        "## One 512 MiB tensor (best of 3, each tool in its own process)",
+                        "",
+                    ]
+                    rows_big = big_tensor(server, big.stat().st_size)
+                    curl = next(r for r in rows_big if r["tool"] == "curl")
+                    report += [
+                        table(
+                            ["tool", "GB/s", "peak RSS", "throughput vs curl"],
+                            [
+                                [
+                                    r["tool"],
+                                    f"{r['gbps']:.2f}",
+                                    f"{r['rss_mib']:.0f} MiB",
+                                    f"{r['gbps'] / curl['gbps']:.2f}",
+                                ]
+                                for r in rows_big
+                            ],
+                        ),
+                        "",
+                    ]
+                    report += ["## Headers of many files from one server", ""]
+                    report += [
+                        table(
+                            ["files", "wall", "peak RSS", "tensors indexed"],
+                            [
+                                [
+                                    str(r["files"]),
+                                    f"{r['seconds'] * 1000:.0f} ms",
+                                    f"{r['rss_mib']:.0f} MiB",
+                                    str(r["tensors"]),
+                                ]
+                                for r in (scale(server, c) for c in (10, 100, 1000))
+                            ],
+                        ),
+                        "",
+                    ]
+    local = subprocess.run(
+        [sys.executable, str(HERE / "local_read.py")],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=ROOT,
+    )
+    report += [
+        "## Local files (benchmarks/local_read.py)",
+        "",
+        "```",
+        local.stdout.strip(),
+        "```",
+        "",
+    ]
+    args.out.mkdir(parents=True, exist_ok=True)
+    target = args.out / f"{time.strftime('%Y-%m-%d')}.md"
+    target.write_text("\n".join(report))
+    print("\n".join(report))
+    print(f"\nwritten to {target}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

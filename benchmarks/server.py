@@ -1,0 +1,84 @@
+"""A loopback file server for the benchmarks, in its own process.
+
+Serves FOLDER/files under /files/ with aiohttp's static handler (byte ranges, sendfile), adds LATENCY_MS before every
+answer, and speaks the hub's resolve protocol too: ``/{org}/{name}/resolve/{rev}/{path}`` serves
+``FOLDER/{org}/{name}/{path}`` with ``X-Repo-Commit`` and ``ETag`` (no CDN redirect, so the hub's
+client and ours pay the same). ``GET /__stats`` returns and resets the request and byte counts.
+
+Usage: python benchmarks/server.py FOLDER LATENCY_MS -> prints the port, serves until stdin closes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import threading
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+from aiohttp import web
+
+
+def build(folder: Path, latency_ms: float) -> web.Application:
+    stats = {"requests": 0, "bytes": 0}
+
+    @web.middleware
+    async def delay(
+        request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+    ) -> web.StreamResponse:
+        if request.path != "/__stats":
+            stats["requests"] += 1
+            if latency_ms:
+                await asyncio.sleep(latency_ms / 1000)
+        return await handler(request)
+
+    async def on_prepare(request: web.Request, response: web.StreamResponse) -> None:
+        length = response.headers.get("Content-Length")
+        if request.path != "/__stats" and length and request.method == "GET":
+            stats["bytes"] += int(length)
+
+    async def report(request: web.Request) -> web.Response:
+        body = json.dumps(stats)
+        stats.update(requests=0, bytes=0)
+        return web.Response(text=body, content_type="application/json")
+
+    async def resolve(request: web.Request) -> web.StreamResponse:
+        info = request.match_info
+        path = folder / info["org"] / info["name"] / info["path"]
+        if not path.is_file():
+            return web.Response(status=404, headers={"X-Error-Code": "EntryNotFound"})
+        stat = path.stat()
+        headers = {"X-Repo-Commit": "0" * 40, "ETag": f'"{stat.st_size}-{stat.st_mtime_ns}"'}
+        if request.method == "HEAD":
+            headers["Content-Length"] = str(stat.st_size)
+            return web.Response(status=200, headers=headers)
+        return web.FileResponse(path, headers=headers)
+
+    app = web.Application(middlewares=[delay])
+    app.on_response_prepare.append(on_prepare)
+    app.router.add_get("/__stats", report)
+    app.router.add_route("*", "/{org}/{name}/resolve/{rev}/{path:.+}", resolve)
+    app.router.add_static("/files/", folder / "files")
+    return app
+
+
+def main() -> None:
+    folder, latency = Path(sys.argv[1]), float(sys.argv[2])
+    loop = asyncio.new_event_loop()
+    runner = web.AppRunner(build(folder, latency), access_log=None, shutdown_timeout=0.5)
+    loop.run_until_complete(runner.setup())
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    loop.run_until_complete(site.start())
+    assert site._server is not None
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[attr-defined]
+    print(port, flush=True)
+    threading.Thread(
+        target=lambda: (sys.stdin.read(), loop.call_soon_threadsafe(loop.stop)), daemon=True
+    ).start()
+    loop.run_forever()
+    loop.run_until_complete(runner.cleanup())
+
+
+if __name__ == "__main__":
+    main()
