@@ -40,10 +40,6 @@ class OutputArray:
         """Bytes of the tensor data in the file's encoding."""
         return self.buffer.nbytes
 
-    def packed_bytes(self) -> npt.NDArray[np.uint8]:
-        """The bytes as stored in the file (uint8, 1-D); for packed dtypes, the packed values."""
-        return self._storage
-
     def result(self) -> npt.NDArray[Any]:
         """The finished array; sub-byte dtypes are unpacked to one ml_dtypes value per element."""
         if self.dtype.packed:

@@ -45,11 +45,6 @@ class DType:
         """True when elements are narrower than a byte and stored packed in the file."""
         return self.bits % 8 != 0
 
-    @property
-    def itemsize(self) -> int:
-        """Bytes per element in the file; 0 for packed sub-byte dtypes (use :meth:`nbytes`)."""
-        return 0 if self.packed else self.bits // 8
-
     def nbytes(self, num_elements: int) -> int:
         """Bytes that ``num_elements`` elements take in the file (whole bytes, rounded up)."""
         return (num_elements * self.bits + 7) // 8

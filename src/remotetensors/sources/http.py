@@ -39,6 +39,7 @@ from ..errors import (
     RequestTimeoutError,
     TransportError,
 )
+from ..ranges import ByteRange
 from .base import ByteSource, Prefix
 from .rawhttp import RawConnectionError, RawRangeClient, RawTimeoutError
 from .tls import shared_ssl_context
@@ -145,8 +146,6 @@ class HttpSource(ByteSource):
         self._whole_body: bytes | None = None
         self._verified = False  # _data_url answered a ranged GET itself (no redirect pending)
         self._raw: RawRangeClient | None = None
-        self.requests_sent = 0
-        """Number of HTTP requests this source has sent (redirect hops not counted)."""
         self.first_response_headers: httpx.Headers | None = None
         """Headers of the response to the first request (after redirects), e.g. the hub's
         ``X-Repo-Commit``."""
@@ -154,11 +153,6 @@ class HttpSource(ByteSource):
     @property
     def location(self) -> str:
         return self._url
-
-    @property
-    def final_url(self) -> str:
-        """Where the bytes come from after redirects (the URL itself if there were none)."""
-        return self._data_url
 
     def _http(self) -> httpx.AsyncClient:
         if self._client is None:
@@ -268,7 +262,7 @@ class HttpSource(ByteSource):
         # Credentials are for the URL the user named, never for where it redirected to (a CDN).
         same_origin = _origin(self._data_url) == _origin(self._url)
         headers = dict(self._options.headers) if same_origin else {}
-        headers["Range"] = f"bytes={start}-{end - 1}"
+        headers["Range"] = ByteRange(start, end).header_value()
         headers["Accept-Encoding"] = "identity"
         if not first and self._etag is not None and not self._etag.startswith("W/"):
             headers["If-Match"] = self._etag
@@ -279,7 +273,6 @@ class HttpSource(ByteSource):
         if direct is not None:
             return await self._one_direct_request(direct, start, end, buffer)
         url = self._data_url
-        self.requests_sent += 1
         try:
             async with self._http().stream(
                 "GET", url, headers=self._headers(start, end, first=first)
@@ -307,7 +300,6 @@ class HttpSource(ByteSource):
         self, direct: RawRangeClient, start: int, end: int, buffer: memoryview
     ) -> int:
         url = self._data_url
-        self.requests_sent += 1
         problems: list[Exception] = []
 
         def accept(status: int, headers: httpx.Headers) -> bool:

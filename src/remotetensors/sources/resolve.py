@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import posixpath
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
 
@@ -45,7 +45,6 @@ class Place:
     storage_options: Mapping[str, Any] | None = None
     hub: HubRepo | None = None
     hub_path: HubPath | None = None
-    _fs: Any = field(default=None, repr=False)
 
     def location(self, name: str) -> str:
         """The location of file ``name`` (a relative path) in this place."""
@@ -81,8 +80,8 @@ def split_location(
 ) -> tuple[Place, str | None]:
     """The place of a model location, and the file name when it names one file.
 
-    Raises:
-        NotFoundError: never here; opening the files finds out.
+    No IO happens here, except asking a local path whether it is a folder: whether remote
+    files exist is found out by opening them.
     """
     text = os.fspath(location)
     scheme = urlsplit(text).scheme.lower() if "://" in text else ""
