@@ -101,12 +101,16 @@ class HttpOptions:
 
 
 class _Retry(Exception):
-    """A failure worth another attempt; ``wait_seconds`` from Retry-After when the server said."""
+    """A failure worth another attempt; ``wait_seconds`` from Retry-After when the server said,
+    ``timed_out`` when no answer came in time (giving up then raises RequestTimeoutError)."""
 
-    def __init__(self, reason: str, wait_seconds: float | None = None) -> None:
+    def __init__(
+        self, reason: str, wait_seconds: float | None = None, *, timed_out: bool = False
+    ) -> None:
         super().__init__(reason)
         self.reason = reason
         self.wait_seconds = wait_seconds
+        self.timed_out = timed_out
 
 
 class _Reresolve(Exception):
@@ -254,7 +258,7 @@ class HttpSource(ByteSource):
 
     def _give_up(self, failure: _Retry, attempts: int) -> Exception:
         message = f"{self._data_url}: {failure.reason} (gave up after {attempts} attempts)"
-        if "timed out" in failure.reason:
+        if failure.timed_out:
             return RequestTimeoutError(message)
         return TransportError(message)
 
@@ -292,7 +296,7 @@ class HttpSource(ByteSource):
                     return self._empty_file(response)
                 raise self._status_failure(status, response.headers, str(response.request.url))
         except httpx.TimeoutException as exc:
-            raise _Retry(f"request timed out ({type(exc).__name__})") from None
+            raise _Retry(f"request timed out ({type(exc).__name__})", timed_out=True) from None
         except httpx.TransportError as exc:
             raise _Retry(f"network error: {type(exc).__name__}: {exc}") from None
 
@@ -319,7 +323,7 @@ class HttpSource(ByteSource):
         except RawTimeoutError as exc:
             if exc.received:
                 raise _Truncated(exc.received, f"body stalled after {exc.received} bytes") from None
-            raise _Retry(f"request timed out ({exc})") from None
+            raise _Retry(f"request timed out ({exc})", timed_out=True) from None
         except RawConnectionError as exc:
             if exc.received:
                 raise _Truncated(exc.received, f"body cut: {exc}") from None
