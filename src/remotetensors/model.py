@@ -24,6 +24,7 @@ from .opening import Opening
 from .options import ReadOptions
 from .progress import bar, wanted
 from .reader import AsyncTensorFile
+from .redact import redact_url
 from .sources.http import HttpOptions
 from .sources.resolve import Place, split_location
 
@@ -60,7 +61,7 @@ class AsyncModel:
         *,
         client: httpx.AsyncClient | None = None,
     ) -> None:
-        self.location = location
+        self.location = redact_url(location)  # named in messages and views: no secrets
         self._files = dict(files)
         self.index = index
         self._client = client  # shared by the files' HTTP sources; closed with the model
@@ -267,8 +268,10 @@ async def _discover(
         return _single(location, SINGLE_FILE, single_task.result())
     if isinstance(single_error, NotFoundError) and isinstance(index_error, NotFoundError):
         raise NotFoundError(
-            f"{location}: no model here: neither {place.location(SINGLE_FILE)} nor "
-            f"{place.location(INDEX_FILE)} exists; name another file or index explicitly"
+            f"{redact_url(location)}: no model here: neither "
+            f"{redact_url(place.location(SINGLE_FILE))} nor "
+            f"{redact_url(place.location(INDEX_FILE))} exists; name another file or index "
+            "explicitly"
         )
     raise single_error if not isinstance(single_error, NotFoundError) else index_error
 
@@ -283,7 +286,7 @@ async def _read_index(place: Place, name: str) -> ShardIndex:
             data += await source.read(len(data), prefix.size)
     finally:
         await source.aclose()
-    return parse_index(data, location=place.location(name))
+    return parse_index(data, location=redact_url(place.location(name)))
 
 
 async def _open_sharded(
@@ -327,7 +330,7 @@ async def _open_sharded(
                 HeaderErrorKind.INVALID_TENSOR_INFO,
                 f"the weight map puts tensor `{tensor}` in {file}, but that file has no such "
                 "tensor",
-                location=place.location(INDEX_FILE),
+                location=redact_url(place.location(INDEX_FILE)),
             )
         tensors[tensor] = replace(info, file=file)
     unmapped = tuple(

@@ -165,7 +165,7 @@ class HttpSource(ByteSource):
         self._options = options or HttpOptions()
         self._client = client
         self._owns_client = client is None
-        self._data_url = url
+        self._data_url = self._url
         self._reresolved = False  # a file's redirect is resolved again at most once
         self._size: int | None = None
         self._etag: str | None = None
