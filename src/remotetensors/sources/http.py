@@ -9,11 +9,18 @@ What this source guarantees (see ``reference/remote-io.md`` for why each rule ex
 - redirects are followed on the first request; later requests go straight to the final URL, and
   if that URL stops working (401/403/404/410, as an expired signed URL does) the original URL is
   resolved once more;
-- the first response's validator (a strong ETag) is sent as ``If-Match`` on later requests and
-  every response's ETag and total size are compared with the first: a changed file raises
-  :class:`RemoteFileChangedError`, never mixes versions;
+- the first response's validators are kept: a strong ETag is sent as ``If-Match`` on later
+  requests (else ``Last-Modified`` as ``If-Unmodified-Since``), and every later answer must carry
+  the same total size, ETag and ``Last-Modified`` as the first; a changed or missing validator
+  raises :class:`RemoteFileChangedError`, never mixes versions;
 - connect and read errors, truncated bodies, 429 and 5xx are retried with exponential backoff and
-  full jitter, honouring ``Retry-After``; a truncated body resumes from its first missing byte.
+  full jitter, honouring a well-formed ``Retry-After``; a truncated body resumes from its first
+  missing byte, and a resume without real progress counts as a failed attempt;
+- every attempt runs under a throughput floor and every range read under an optional deadline
+  (:class:`RequestTimeoutError` says which bound tripped);
+- the URL's userinfo is sent as Basic auth to its own origin only, and every message names the
+  URL with its secrets masked (:func:`~remotetensors.redact.redact_url`);
+- whatever httpx raises (a redirect loop, a malformed head) becomes one of our errors.
 """
 
 from __future__ import annotations
