@@ -235,6 +235,38 @@ def test_resumes_that_make_real_progress_finish_the_read(
     assert_path(server, data_path)
 
 
+@pytest.mark.parametrize("sent", [0, 100])
+def test_a_body_that_stalls_fails_on_the_read_timeout_after_max_attempts(
+    serve: Callable[..., RawServer], sent: int
+) -> None:
+    options = rt.HttpOptions(read_timeout_seconds=0.3, max_attempts=3, backoff_initial_seconds=0.01)
+    holder: list[RawServer] = []
+
+    def answer(request: Request, number: int) -> Reply:
+        answer, body = partial(OLD, request, fields=[("ETag", '"v1"')])
+        if number == 0:
+            return answer + body
+
+        def stall(conn: socket.socket) -> bool:
+            conn.sendall(answer + body[:sent])
+            holder[0].stopping.wait(10)
+            return False
+
+        return stall
+
+    server = serve(answer)
+    holder.append(server)
+    started = time.monotonic()
+    with (
+        rt.safe_open(f"{server.url}/m.safetensors", http_options=options) as f,
+        pytest.raises(rt.RequestTimeoutError, match="gave up after 3 attempts") as caught,
+    ):
+        f.get_tensor("w")
+    assert caught.value.bound == "read_timeout_seconds"
+    assert len(server.requests) == 1 + options.max_attempts
+    assert time.monotonic() - started < 10
+
+
 def test_a_trickle_trips_the_throughput_floor(serve: Callable[..., RawServer]) -> None:
     options = rt.HttpOptions(
         read_timeout_seconds=3.0, min_bytes_per_second=1000.0, throughput_window_seconds=0.5
@@ -256,7 +288,7 @@ def test_a_trickle_trips_the_throughput_floor(serve: Callable[..., RawServer]) -
     ):
         f.get_tensor("w")
     assert caught.value.bound == "min_bytes_per_second"
-    assert time.monotonic() - started < 3  # one window and a bit, not the read timeout
+    assert time.monotonic() - started < 10  # bounded; the read timeout alone never trips
     assert len(server.requests) == 2  # not retried
 
 
@@ -280,7 +312,7 @@ def test_a_steady_but_slow_answer_trips_the_deadline(serve: Callable[..., RawSer
     ):
         f.get_tensor("w")
     assert caught.value.bound == "request_deadline_seconds"
-    assert time.monotonic() - started < 2
+    assert time.monotonic() - started < 5
     assert len(server.requests) == 2
 
 

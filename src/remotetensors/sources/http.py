@@ -277,7 +277,7 @@ class HttpSource(ByteSource):
                 if cut.received and cut.received >= max(progress, 1):
                     attempt = 0
                     continue
-                failure: _Retry = _Retry(cut.reason)
+                failure: _Retry = _Retry(cut.reason, timed_out=cut.timed_out)
             except _Reresolve as expired:
                 if expired.url != self._data_url:
                     continue  # a concurrent read already resolved the URL again
@@ -460,7 +460,9 @@ class HttpSource(ByteSource):
             ) from None
         except RawTimeoutError as exc:
             if exc.received:
-                raise _Truncated(exc.received, f"body stalled after {exc.received} bytes") from None
+                raise _Truncated(
+                    exc.received, f"body stalled after {exc.received} bytes", timed_out=True
+                ) from None
             raise _Retry(f"request timed out ({exc})", timed_out=True) from None
         except RawConnectionError as exc:
             if exc.received:
@@ -635,8 +637,12 @@ class HttpSource(ByteSource):
                 if meter is not None:
                     meter.bytes += size
         except (httpx.TransportError, httpx.TimeoutException) as exc:
+            stalled = isinstance(exc, httpx.TimeoutException)
             raise _Truncated(
-                received, f"body cut after {received} of {length} bytes ({type(exc).__name__})"
+                received,
+                f"body {'stalled' if stalled else 'cut'} after {received} of {length} bytes "
+                f"({type(exc).__name__})",
+                timed_out=stalled,
             ) from None
         if received != length:
             raise _Truncated(received, f"body cut after {received} of {length} bytes")
@@ -690,12 +696,13 @@ def _proxy_configured() -> bool:
 
 
 class _Truncated(Exception):
-    """A body ended early; ``received`` bytes were written before the cut."""
+    """A body ended early; ``received`` bytes were written before the cut (or the stall)."""
 
-    def __init__(self, received: int, reason: str) -> None:
+    def __init__(self, received: int, reason: str, *, timed_out: bool = False) -> None:
         super().__init__(reason)
         self.received = received
         self.reason = reason
+        self.timed_out = timed_out
 
 
 def _retry_after(

@@ -224,6 +224,14 @@ class _Protocol(asyncio.BufferedProtocol):
                 body.cancel()
         self._close()
 
+    def abandon(self) -> None:
+        """Nobody waits any more (a timeout, a cancellation): close without leaving a future
+        holding an exception that no one will retrieve."""
+        for future in (self.head_done, self.body_done):
+            if future is not None and not future.done():
+                future.cancel()
+        self._close()
+
     def _close(self) -> None:
         self._mode = "idle"
         if self.transport is not None:
@@ -356,7 +364,7 @@ class RawRangeClient:
             if usable:
                 await self._wait(protocol, protocol.body_done)
         except BaseException:
-            protocol._close()
+            protocol.abandon()
             raise
         if usable and protocol.keep_alive and not protocol.closed:
             idle = self._idle.setdefault(key, [])
