@@ -7,6 +7,7 @@ from .dtypes import DTYPES, DType
 from .errors import (
     BadResponseError,
     ChecksumMismatchError,
+    ConfigWarning,
     FileClosedError,
     FrameworkError,
     HeaderError,
@@ -25,6 +26,7 @@ from .errors import (
 from .index import FileIndex, ModelIndex, TensorInfo, parameter_count
 from .model import AsyncModel, open_model_async
 from .options import ReadOptions
+from .quantization import LogicalTensor, ParameterCount, Quantization
 from .ranges import ByteRange
 from .reader import AsyncTensorFile, AsyncTensorSlice
 from .sources.http import HttpOptions
@@ -40,6 +42,7 @@ __all__ = [
     "BadResponseError",
     "ByteRange",
     "ChecksumMismatchError",
+    "ConfigWarning",
     "DType",
     "FileClosedError",
     "FileIndex",
@@ -47,10 +50,13 @@ __all__ = [
     "HeaderError",
     "HeaderErrorKind",
     "HttpOptions",
+    "LogicalTensor",
     "Model",
     "ModelIndex",
     "NotFoundError",
+    "ParameterCount",
     "PermissionDeniedError",
+    "Quantization",
     "RangeNotSupportedError",
     "ReadOptions",
     "RemoteFileChangedError",

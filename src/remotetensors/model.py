@@ -1,9 +1,11 @@
 """Models: one file, or a sharded checkpoint (``model.safetensors.index.json``) anywhere.
 
-Discovery costs one round of requests: for a folder, prefix or repo, ``model.safetensors`` and
-``model.safetensors.index.json`` are asked for at the same time. A sharded model's shard headers
-then come in a second round, all concurrently, each shard's first window sized from what the
-index says it holds, so the header phase transfers about the headers' bytes and no more.
+Discovery costs one round of requests: for a folder, prefix or repo, ``model.safetensors``,
+``model.safetensors.index.json``, ``config.json`` and ``quantization_config.json`` are asked for
+at the same time (a location naming a file asks for the configs beside it, also at once). A
+sharded model's shard headers then come in a second round, all concurrently, each shard's first
+window sized from what the index says it holds, so the header phase transfers about the headers'
+bytes and no more.
 """
 
 from __future__ import annotations
@@ -11,11 +13,13 @@ from __future__ import annotations
 import asyncio
 import fnmatch
 import os
+import warnings
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import httpx
 
+from .configs import ConfigFiles, ConfigWarning, read_configs
 from .errors import HeaderError, HeaderErrorKind, NotFoundError, TensorNotFoundError
 from .fetch import gather_or_cancel
 from .formats.index_json import ShardIndex, parse_index
@@ -23,6 +27,7 @@ from .index import FileIndex, ModelIndex, TensorInfo
 from .opening import Opening
 from .options import ReadOptions
 from .progress import bar, wanted
+from .quantization import LogicalTensor, ParameterCount, Quantization, count_parameters
 from .reader import AsyncTensorFile
 from .sources.http import HttpOptions
 from .sources.resolve import Place, split_location
@@ -59,11 +64,35 @@ class AsyncModel:
         index: ModelIndex,
         *,
         client: httpx.AsyncClient | None = None,
+        configs: ConfigFiles | None = None,
     ) -> None:
         self.location = location
         self._files = dict(files)
         self.index = index
         self._client = client  # shared by the files' HTTP sources; closed with the model
+        self.configs = configs or ConfigFiles()
+        """``config.json`` and ``quantization_config.json`` as found beside the weights."""
+        self._true_count: ParameterCount | None = None
+
+    def _set_configs(self, configs: ConfigFiles) -> None:
+        self.configs = configs
+        self._true_count = None
+
+    @property
+    def true_count(self) -> ParameterCount:
+        """The true count: each tensor's role and logical size (see :mod:`.quantization`)."""
+        if self._true_count is None:
+            configs = self.configs
+            count = count_parameters(
+                self.index.tensors,
+                configs.config,
+                quantization_config=configs.quantization_config,
+                metadata=self.index.metadata,
+                config_location=configs.config_location,
+                quantization_config_location=configs.quantization_config_location,
+            )
+            self._true_count = replace(count, problems=(*configs.problems, *count.problems))
+        return self._true_count
 
     # --- what the headers say --------------------------------------------------------------
 
@@ -86,13 +115,42 @@ class AsyncModel:
         """Tensor names, sorted."""
         return self.index.keys()
 
+    @property
+    def config(self) -> dict[str, Any] | None:
+        """``config.json`` beside the weights, parsed; ``None`` when absent or unusable."""
+        return self.configs.config
+
+    @property
+    def quantization(self) -> Quantization | None:
+        """How the checkpoint is quantized (from its config), or ``None``."""
+        return self.true_count.quantization
+
+    @property
+    def logical_tensors(self) -> Mapping[str, LogicalTensor]:
+        """name -> role (weight or quantization bookkeeping) and logical size, per tensor."""
+        return self.true_count.tensors
+
     def parameter_count(self) -> dict[str, int]:
-        """Elements per dtype, as the hub counts them."""
+        """Elements per dtype as stored: the hub's (and huggingface_hub's) naive count.
+
+        For a quantized checkpoint this counts packed containers and bookkeeping tensors; the
+        model's true count is :attr:`num_parameters`.
+        """
         return self.index.parameter_count()
 
     @property
     def num_parameters(self) -> int:
-        """Total number of parameters (elements)."""
+        """The true parameter count: what the unquantized model had.
+
+        Packed weights count as the values they hold; scales, zero points and other
+        bookkeeping are left out. An upper bound when ``true_count.exact`` is False. Elements
+        as stored are :attr:`stored_parameters`.
+        """
+        return self.true_count.total
+
+    @property
+    def stored_parameters(self) -> int:
+        """Elements as stored, over all tensors (the sum of :meth:`parameter_count`)."""
         return self.index.num_parameters
 
     @property
@@ -226,20 +284,34 @@ async def load_model(
             client=client,
             storage_options=storage_options,
         )
-        if name is not None and name.endswith(".json"):
-            shard_index = await _read_index(place, name)
-            model = await _open_sharded(text, place, shard_index, options, framework)
-        elif name is not None:
-            file = await AsyncTensorFile.open(
-                place.open(name), options=options, framework=framework
-            )
-            model = _single(text, name, file)
-        else:
-            model = await _discover(text, place, options, framework)
+        configs_task = asyncio.ensure_future(read_configs(place))
+        try:
+            if name is not None and name.endswith(".json"):
+                shard_index = await _read_index(place, name)
+                model = await _open_sharded(text, place, shard_index, options, framework)
+            elif name is not None:
+                file = await AsyncTensorFile.open(
+                    place.open(name), options=options, framework=framework
+                )
+                model = _single(text, name, file)
+            else:
+                model = await _discover(text, place, options, framework)
+        except BaseException:
+            configs_task.cancel()
+            await asyncio.gather(configs_task, return_exceptions=True)
+            raise
+        try:
+            configs = await configs_task
+        except BaseException:
+            await model.aclose()
+            raise
     except BaseException:
         await client.aclose()
         raise
     model._client = client
+    model._set_configs(configs)
+    for problem in model.true_count.problems:
+        warnings.warn(ConfigWarning(problem), stacklevel=2)
     return model
 
 

@@ -90,6 +90,10 @@ PUBLIC_NAMES = {
     "ModelIndex",
     "open_model",
     "open_model_async",
+    "ConfigWarning",
+    "LogicalTensor",
+    "ParameterCount",
+    "Quantization",
 }
 
 

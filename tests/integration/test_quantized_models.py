@@ -1,0 +1,251 @@
+"""Quantized models opened where they live: config.json found in the discovery round, true counts
+equal to the unquantized model through local folders, the hub stand-in and S3 (moto)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp import web
+
+import remotetensors as rt
+from tests import quantized as q
+from tests.hub_standin import HubStandIn
+from tests.integration.test_models import put_s3
+from tests.servers import FaultyServer
+
+ARCH = q.Arch()
+MOE = replace(q.Arch(), experts=4, shared_experts=True)
+
+
+class RoundServer(FaultyServer):
+    """A FaultyServer that holds requests until a whole round has arrived.
+
+    ``expect(4, 2)`` says: the first 4 requests come together, then 2. Each round is released
+    only when all its requests are waiting, so a client that asks in sequence what it could ask
+    at once leaves a request waiting alone; after ``patience_seconds`` that request is served
+    anyway and recorded in ``strays``. Tests therefore never hang.
+    """
+
+    def __init__(self, patience_seconds: float = 5.0) -> None:
+        self.rounds: list[list[str]] = []
+        self.strays: list[str] = []
+        self._expected: deque[int] = deque()
+        self._waiting: list[tuple[str, asyncio.Future[None]]] = []
+        self._patience = patience_seconds
+        super().__init__()
+
+    def expect(self, *sizes: int) -> None:
+        self._expected = deque(sizes)
+        self.rounds.clear()
+        self.strays.clear()
+
+    async def _serve_file(self, request: web.Request) -> web.StreamResponse:
+        size = self._expected[0] if self._expected else 1
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiting.append((request.path, future))
+        if len(self._waiting) >= size:
+            self.rounds.append(sorted(path for path, _ in self._waiting))
+            if self._expected:
+                self._expected.popleft()
+            for _, waiting in self._waiting:
+                if not waiting.done():
+                    waiting.set_result(None)
+            self._waiting = []
+        else:
+            try:
+                await asyncio.wait_for(asyncio.shield(future), self._patience)
+            except asyncio.TimeoutError:
+                self.strays.append(request.path)
+                self._waiting = [(p, f) for p, f in self._waiting if f is not future]
+        return await super()._serve_file(request)
+
+
+@pytest.fixture
+def rounds() -> Iterator[RoundServer]:
+    server = RoundServer()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def serve(server: FaultyServer, files: dict[str, bytes]) -> str:
+    for name, data in files.items():
+        server.put(f"repo/{name}", data)
+    return f"{server.url}/f/repo/"
+
+
+# --- discovery: the config costs no round ---------------------------------------------------
+
+
+def test_single_file_config_and_index_come_in_one_round(rounds: RoundServer) -> None:
+    spec, config = q.gptq(ARCH)
+    base = serve(rounds, q.files_for(spec, config))
+    rounds.expect(4)
+    with rt.open_model(base) as model:
+        assert model.config == config
+        assert model.num_parameters == q.float_count(ARCH)
+    assert rounds.strays == []
+    assert rounds.rounds == [
+        sorted(
+            f"/f/repo/{n}"
+            for n in (
+                "config.json",
+                "quantization_config.json",
+                "model.safetensors",
+                "model.safetensors.index.json",
+            )
+        )
+    ]
+
+
+def test_sharded_model_takes_two_rounds_with_its_config(rounds: RoundServer) -> None:
+    spec, config = q.awq(ARCH)
+    base = serve(rounds, q.files_for(spec, config, shards=3))
+    rounds.expect(4, 3)
+    with rt.open_model(base) as model:
+        assert model.num_parameters == q.float_count(ARCH)
+        assert model.quantization is not None
+        assert model.quantization.method == "awq"
+    assert rounds.strays == []
+    assert len(rounds.rounds) == 2
+    assert "/f/repo/config.json" in rounds.rounds[0]
+    assert all("-of-00003" in p for p in rounds.rounds[1])
+
+
+def test_a_named_file_finds_the_config_beside_it_in_the_same_round(rounds: RoundServer) -> None:
+    spec, config = q.gptq(ARCH, bits=8)
+    base = serve(rounds, q.files_for(spec, config))
+    rounds.expect(3)
+    with rt.open_model(base + "model.safetensors") as model:
+        assert model.quantization is not None
+        assert model.quantization.bits == 8
+        assert model.num_parameters == q.float_count(ARCH)
+    assert rounds.strays == []
+    assert len(rounds.rounds) == 1
+
+
+def test_no_config_is_no_error(rounds: RoundServer) -> None:
+    files = q.files_for(q.float_spec(ARCH), None)
+    base = serve(rounds, files)
+    rounds.expect(4)
+    with rt.open_model(base) as model:
+        assert model.config is None
+        assert model.quantization is None
+        assert model.num_parameters == model.stored_parameters == q.float_count(ARCH)
+
+
+# --- every layout, everywhere ---------------------------------------------------------------
+
+Build = Callable[[], tuple[q.Spec, dict[str, Any], int]]
+
+
+def _with_oracle(
+    build: Callable[..., tuple[q.Spec, dict[str, Any]]], arch: q.Arch, **kw: Any
+) -> Build:
+    def make() -> tuple[q.Spec, dict[str, Any], int]:
+        spec, config = build(arch, **kw)
+        return spec, config, q.float_count(arch)
+
+    return make
+
+
+LAYOUTS: dict[str, Build] = {
+    "gptq-4": _with_oracle(q.gptq, ARCH, bits=4),
+    "gptq-3-desc-act": _with_oracle(q.gptq, ARCH, bits=3, desc_act=True),
+    "awq-4": _with_oracle(q.awq, ARCH),
+}
+
+
+def _check(model: rt.Model, oracle: int) -> None:
+    assert model.num_parameters == oracle
+    assert model.true_count.exact
+    assert model.quantization is not None
+
+
+@pytest.mark.parametrize("shards", [1, 3])
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+def test_local_folder(layout: str, shards: int, tmp_path: Path) -> None:
+    spec, config, oracle = LAYOUTS[layout]()
+    for name, data in q.files_for(spec, config, shards=shards).items():
+        (tmp_path / name).write_bytes(data)
+    with rt.open_model(tmp_path) as model:
+        _check(model, oracle)
+        assert model.stored_parameters == sum(model.parameter_count().values())
+
+
+@pytest.fixture
+def hub_env(hub: HubStandIn, monkeypatch: pytest.MonkeyPatch) -> HubStandIn:
+    monkeypatch.setenv("HF_ENDPOINT", hub.endpoint)
+    monkeypatch.setenv("HF_TOKEN", "")
+    monkeypatch.setattr("remotetensors.sources.hub.resolve_token", lambda token: None)
+    return hub
+
+
+@pytest.mark.parametrize("shards", [1, 3])
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+def test_hub(layout: str, shards: int, hub_env: HubStandIn) -> None:
+    spec, config, oracle = LAYOUTS[layout]()
+    hub_env.add(f"org/{layout}", q.files_for(spec, config, shards=shards))
+    with rt.open_model(f"hf://org/{layout}") as model:
+        _check(model, oracle)
+
+
+@pytest.mark.parametrize("shards", [1, 3])
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+def test_s3(layout: str, shards: int, s3_env: str) -> None:
+    spec, config, oracle = LAYOUTS[layout]()
+    files = q.files_for(spec, config, shards=shards)
+    put_s3(s3_env, "quantized", {f"{layout}-{shards}/{n}": d for n, d in files.items()})
+    with rt.open_model(
+        f"s3://quantized/{layout}-{shards}/", storage_options={"skip_instance_cache": True}
+    ) as model:
+        _check(model, oracle)
+
+
+# --- configs that cannot be believed --------------------------------------------------------
+
+
+def test_config_that_is_not_json_warns_naming_the_file(tmp_path: Path) -> None:
+    spec, config = q.gptq(ARCH)
+    files = q.files_for(spec, config)
+    files["config.json"] = b"{not json"
+    for name, data in files.items():
+        (tmp_path / name).write_bytes(data)
+    with pytest.warns(rt.ConfigWarning, match=r"config\.json: not JSON"):
+        model = rt.open_model(tmp_path)
+    with model:
+        # No config: the layout is still recognised, widths inferred from the siblings.
+        assert model.config is None
+        assert model.num_parameters == q.float_count(ARCH)
+
+
+def test_gptq_config_over_float_weights_warns(tmp_path: Path) -> None:
+    _, config = q.gptq(ARCH)
+    for name, data in q.files_for(q.float_spec(ARCH), config).items():
+        (tmp_path / name).write_bytes(data)
+    with pytest.warns(rt.ConfigWarning, match="says gptq") as caught:
+        model = rt.open_model(tmp_path)
+    assert str(tmp_path / "config.json") in str(caught[0].message)
+    with model:
+        assert model.num_parameters == q.float_count(ARCH)
+
+
+def test_separate_quantization_config_json(tmp_path: Path) -> None:
+    spec, config = q.gptq(ARCH, bits=8)
+    quant = config.pop("quantization_config")
+    files = q.files_for(spec, config)
+    files["quantization_config.json"] = json.dumps(quant).encode()
+    for name, data in files.items():
+        (tmp_path / name).write_bytes(data)
+    with rt.open_model(tmp_path) as model:
+        assert model.quantization is not None
+        assert model.quantization.source.endswith("quantization_config.json")
+        assert model.num_parameters == q.float_count(ARCH)
