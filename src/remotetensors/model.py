@@ -20,14 +20,26 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from .configs import ConfigFiles, ConfigWarning, read_configs
-from .errors import HeaderError, HeaderErrorKind, NotFoundError, TensorNotFoundError
+from .errors import (
+    HeaderError,
+    HeaderErrorKind,
+    NotFoundError,
+    RemoteTensorsError,
+    TensorNotFoundError,
+)
 from .fetch import gather_or_cancel
 from .formats.index_json import ShardIndex, parse_index
 from .index import FileIndex, ModelIndex, TensorInfo
 from .opening import Opening
 from .options import ReadOptions
 from .progress import bar, wanted
-from .quantization import LogicalTensor, ParameterCount, Quantization, count_parameters
+from .quantization import (
+    LogicalTensor,
+    ParameterCount,
+    Quantization,
+    count_parameters,
+    stored_shape_tensors,
+)
 from .reader import AsyncTensorFile
 from .sources.http import HttpOptions
 from .sources.resolve import Place, split_location
@@ -73,9 +85,33 @@ class AsyncModel:
         self.configs = configs or ConfigFiles()
         """``config.json`` and ``quantization_config.json`` as found beside the weights."""
         self._true_count: ParameterCount | None = None
+        self._logical_shapes: dict[str, tuple[int, ...]] = {}
+        self._shape_problems: tuple[str, ...] = ()
 
     def _set_configs(self, configs: ConfigFiles) -> None:
         self.configs = configs
+        self._true_count = None
+
+    async def _read_logical_shapes(self) -> None:
+        """Fetch the stored logical shapes of packed weights (compressed-tensors'
+        ``*.weight_shape``, a few bytes each, next to one another in each file), which make
+        their counts exact. Costs one more round, only for such checkpoints, and only while
+        the count is not already exact."""
+        names = stored_shape_tensors(self.tensors)
+        if not names or self.true_count.exact:
+            return
+        try:
+            arrays = await self.get_tensors(names)
+        except RemoteTensorsError as exc:
+            self._shape_problems = (
+                f"{self.location}: the stored weight shapes could not be read ({exc}); packed "
+                "counts are upper bounds",
+            )
+        else:
+            self._logical_shapes = {
+                name: tuple(int(v) for v in array.reshape(-1).tolist())
+                for name, array in arrays.items()
+            }
         self._true_count = None
 
     @property
@@ -88,10 +124,12 @@ class AsyncModel:
                 configs.config,
                 quantization_config=configs.quantization_config,
                 metadata=self.index.metadata,
+                logical_shapes=self._logical_shapes,
                 config_location=configs.config_location,
                 quantization_config_location=configs.quantization_config_location,
             )
-            self._true_count = replace(count, problems=(*configs.problems, *count.problems))
+            problems = (*configs.problems, *self._shape_problems, *count.problems)
+            self._true_count = replace(count, problems=problems)
         return self._true_count
 
     # --- what the headers say --------------------------------------------------------------
@@ -301,7 +339,8 @@ async def load_model(
             await asyncio.gather(configs_task, return_exceptions=True)
             raise
         try:
-            configs = await configs_task
+            model._set_configs(await configs_task)
+            await model._read_logical_shapes()
         except BaseException:
             await model.aclose()
             raise
@@ -309,7 +348,6 @@ async def load_model(
         await client.aclose()
         raise
     model._client = client
-    model._set_configs(configs)
     for problem in model.true_count.problems:
         warnings.warn(ConfigWarning(problem), stacklevel=2)
     return model

@@ -575,29 +575,45 @@ class _Counter:
     def weight_packed(self, name: str, info: TensorInfo, prefix: str) -> None:
         """compressed-tensors: ``weight_packed`` with its logical ``weight_shape`` beside it."""
         self.layouts.add("compressed-tensors")
-        stored = self.shapes.get(f"{prefix}.weight_shape")
+        guessed = False
         if info.dtype == "U8":
+            container, bits = 8, 4
             packing = "fp4, 2 per U8"
-            count = info.num_elements * 2
-            shape = (*info.shape[:-1], info.shape[-1] * 2) if info.shape else None
-            exact = True
         else:
             container = _INT_CONTAINERS.get(info.dtype, info.dtype_info.bits)
-            bits = self.bits_for(name) or _infer_packed_bits(self, prefix, info, container)
-            if bits is None:
+            found = self.bits_for(name) or _infer_packed_bits(self, prefix, info, container)
+            if found is None:
                 self.problems.append(
                     f"{self.source}: no width for {name}; counted as 4-bit, an estimate"
                 )
-                bits = 4
+            bits, guessed = found or 4, found is None
             per = container // bits if container % bits == 0 else f"{container}/{bits}"
             packing = f"pack-quantized {bits}-bit, {per} per {info.dtype}"
-            values = info.shape[-1] * container // bits if info.shape else 0
-            shape = (*info.shape[:-1], values)
-            count = math.prod(shape)
-            exact = False  # the last int32 of a row may be padding; weight_shape says
+        if not info.shape:
+            self.weight(name, info.num_elements, info.shape, None)
+            return
+        values = info.shape[-1] * container // bits
+        shape: tuple[int, ...] = (*info.shape[:-1], values)
+        # An int32 row is padded to whole containers, so its last one may hold fewer values: an
+        # upper bound, unless the stored logical shape says (read it with ``logical_shapes``).
+        # fp4 in bytes is exact: its groups of 16 always fill whole bytes.
+        exact = info.dtype == "U8"
+        stored = self.shapes.get(f"{prefix}.weight_shape")
         if stored is not None:
-            count, shape, exact = math.prod(stored), tuple(stored), True
-        self.weight(name, count, shape, packing, exact=exact)
+            fits = (
+                len(stored) == len(info.shape)
+                and tuple(stored[:-1]) == tuple(info.shape[:-1])
+                and -(-stored[-1] * bits // container) == info.shape[-1]
+            )
+            if fits:
+                shape, exact = tuple(stored), True
+            else:
+                self.problems.append(
+                    f"{self.source}: {prefix}.weight_shape says {list(stored)}, which "
+                    f"{name} {list(info.shape)} {info.dtype} at {bits} bits cannot hold; "
+                    "counted from the packed tensor"
+                )
+        self.weight(name, math.prod(shape), shape, packing, exact=exact and not guessed)
 
     def mxfp4_blocks(self, name: str, info: TensorInfo, prefix: str, leaf: str) -> None:
         """gpt-oss MXFP4: ``*_blocks`` U8 ``[..., groups, 16]``, 32 values per group."""
@@ -715,6 +731,23 @@ def _target_matches(target: str, module: str, problems: list[str], source: str) 
     if target[:1].isupper() and "." not in target:
         return True  # a class name; the packed tensor says it is a quantized linear layer
     return module == target or module.endswith(f".{target}")
+
+
+def stored_shape_tensors(tensors: Mapping[str, TensorInfo]) -> list[str]:
+    """Names of the small tensors that hold packed weights' logical shapes (compressed-tensors'
+    ``*.weight_shape`` beside a ``*.weight_packed``), whose values make those counts exact."""
+    names = []
+    for name, info in tensors.items():
+        prefix, leaf = _split(name)
+        if (
+            leaf == "weight_shape"
+            and info.dtype in ("I64", "I32", "U64", "U32")
+            and len(info.shape) == 1
+            and 1 <= info.shape[0] <= 8
+            and f"{prefix}.weight_packed" in tensors
+        ):
+            names.append(name)
+    return names
 
 
 def count_parameters(
