@@ -30,6 +30,7 @@ from .errors import (
 from .fetch import gather_or_cancel
 from .formats.index_json import ShardIndex, parse_index
 from .index import FileIndex, ModelIndex, TensorInfo
+from .memory import MemoryEstimate, estimate_memory
 from .opening import Opening
 from .options import ReadOptions
 from .progress import bar, wanted
@@ -190,6 +191,24 @@ class AsyncModel:
     def stored_parameters(self) -> int:
         """Elements as stored, over all tensors (the sum of :meth:`parameter_count`)."""
         return self.index.num_parameters
+
+    def memory(
+        self, context: int | None = None, *, batch: int = 1, kv_dtype: str | None = None
+    ) -> MemoryEstimate:
+        """Memory to serve the model: weights as stored, plus the KV cache for ``batch``
+        sequences of ``context`` tokens (see :func:`remotetensors.memory.estimate_memory`).
+
+        Args:
+            context: tokens per sequence; ``None`` takes the config's maximum length.
+            batch: sequences held at once.
+            kv_dtype: ``"bf16"``, ``"fp8"``, …; ``None`` takes the config's dtype.
+
+        Raises:
+            ValueError: a bad context, batch or dtype name.
+        """
+        return estimate_memory(
+            self.config, self.nbytes, context=context, batch=batch, kv_dtype=kv_dtype
+        )
 
     @property
     def nbytes(self) -> int:

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     import numpy.typing as npt
 
     from .index import FileIndex, ModelIndex, TensorInfo
+    from .memory import MemoryEstimate
     from .quantization import LogicalTensor, ParameterCount, Quantization
     from .reader import AsyncTensorSlice
     from .sources.http import HttpOptions
@@ -291,6 +292,13 @@ class Model:
     def stored_parameters(self) -> int:
         """Elements as stored, over all tensors."""
         return self._model.stored_parameters
+
+    def memory(
+        self, context: int | None = None, *, batch: int = 1, kv_dtype: str | None = None
+    ) -> MemoryEstimate:
+        """Weights as stored plus the KV cache for ``batch`` sequences of ``context`` tokens;
+        no IO (the config came with the model)."""
+        return self._model.memory(context, batch=batch, kv_dtype=kv_dtype)
 
     @property
     def nbytes(self) -> int:
