@@ -291,8 +291,17 @@ class AsyncModel:
 
     def _repr_html_(self) -> str:
         from .display import html_view
+        from .reports import true_count_lines
 
-        return html_view(self.location, self.tensors.values(), show_files=True)
+        count = self.true_count
+        quantized = count.quantization is not None or count.total != count.stored_total
+        return html_view(
+            self.location,
+            self.tensors.values(),
+            show_files=True,
+            summary=true_count_lines(count) if quantized or count.declared_total else (),
+            counted_as="elements as stored" if quantized else "parameters",
+        )
 
     def __repr__(self) -> str:
         return (

@@ -13,6 +13,7 @@ from .display import human_bytes, human_count
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
+    from .quantization import ParameterCount
     from .sync import Model
 
 
@@ -43,6 +44,23 @@ def declared_words(total: int, declared: int | None) -> str | None:
     return f"declared: {declared:,} (metadata total_parameters)" + (
         f"; ours differs by {difference:+,}" if difference else ""
     )
+
+
+def true_count_lines(count: ParameterCount) -> list[str]:
+    """The true count, how the checkpoint is quantized and the declared total, as text lines
+    (for the notebook view)."""
+    bound = "" if count.exact else "at most "
+    lines = [f"true count: {bound}{human_count(count.total)} parameters ({count.total:,})"]
+    if count.quantization is not None:
+        lines.append(
+            f"quantized: {quantization_words(count.quantization.as_dict())}; "
+            f"{len(count.unpacked)} packed tensor(s) unpacked, {len(count.auxiliary)} "
+            "bookkeeping tensor(s) left out"
+        )
+    declared = declared_words(count.total, count.declared_total)
+    if declared is not None:
+        lines.append(declared)
+    return lines
 
 
 def params_report(model: Model) -> dict[str, Any]:

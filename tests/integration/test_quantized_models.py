@@ -296,3 +296,20 @@ def test_separate_quantization_config_json(tmp_path: Path) -> None:
         assert model.quantization is not None
         assert model.quantization.source.endswith("quantization_config.json")
         assert model.num_parameters == q.float_count(ARCH)
+
+
+def test_notebook_view_shows_the_true_count_on_top(tmp_path: Path) -> None:
+    spec, config = q.gptq(ARCH, bits=4)
+    oracle = q.float_count(ARCH)
+    files = q.files_for(spec, config, metadata={"total_parameters": str(oracle)})
+    for name, data in files.items():
+        (tmp_path / name).write_bytes(data)
+    with rt.open_model(tmp_path) as model:
+        html = model._repr_html_()
+        stored = model.stored_parameters
+    head = html.split("<details>", 1)[0]
+    assert f"elements as stored ({stored:,})" in head
+    assert f"true count: {oracle / 1000:.1f}K parameters ({oracle:,})" in head
+    assert "quantized: gptq, 4-bit, group size 128" in head
+    assert f"declared: {oracle:,} (metadata total_parameters)" in head
+    assert "differs" not in head
