@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import quantized
 from tests.hub_standin import HubStandIn
 from tests.integration.test_models import sharded
 
@@ -18,8 +19,11 @@ def hub_model(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     hub = HubStandIn()
     files, _ = sharded(shards=2, layers_per_shard=2)
     hub.add("example/tiny-model", files)
+    spec, config = quantized.gptq(quantized.Arch(), bits=4)
+    hub.add("example/tiny-gptq", quantized.files_for(spec, config, shards=2))
     monkeypatch.setenv("HF_ENDPOINT", hub.endpoint)
     monkeypatch.setenv("REMOTETENSORS_EXAMPLE_MODEL", "hf://example/tiny-model")
+    monkeypatch.setenv("REMOTETENSORS_QUANTIZED_MODEL", "hf://example/tiny-gptq")
     monkeypatch.setenv("HF_TOKEN", "")
     try:
         yield "hf://example/tiny-model"
@@ -50,3 +54,6 @@ def test_notebook_runs(path: Path, hub_model: str, tmp_path: Path) -> None:
     assert "cosine similarity" in text
     assert "<details>" in text  # the model's HTML view rendered
     assert "image/png" in text  # the histogram
+    oracle = quantized.float_count(quantized.Arch())
+    assert f"true count: {oracle:,} parameters" in text  # the quantized model, unpacked
+    assert "qweight" in text
