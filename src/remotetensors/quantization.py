@@ -19,10 +19,10 @@ from __future__ import annotations
 import functools
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from .ctregex import SafePattern, UnsupportedPattern
 
@@ -113,6 +113,42 @@ class LogicalTensor:
     packing: str | None = None
 
 
+_Raw = tuple[str, int, "tuple[int, ...] | None", bool, "str | None"]
+"""(role, parameters, logical shape, exact, packing): a LogicalTensor before it is built."""
+
+
+class LogicalTensors(Mapping[str, LogicalTensor]):
+    """name -> :class:`LogicalTensor`, in the order of the model's tensors; read-only.
+
+    Values are built when asked for, so counting a model of 200,000 tensors does not build
+    200,000 objects that nobody looks at.
+    """
+
+    __slots__ = ("_raw",)
+
+    def __init__(self, raw: dict[str, _Raw]) -> None:
+        self._raw = raw
+
+    def __getitem__(self, name: str) -> LogicalTensor:
+        return LogicalTensor(name, *self._raw[name])
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._raw)
+
+    def __len__(self) -> int:
+        return len(self._raw)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._raw
+
+    def raw_items(self) -> Iterator[tuple[str, _Raw]]:
+        """(name, (role, parameters, shape, exact, packing)) without building objects."""
+        return iter(self._raw.items())
+
+    def __repr__(self) -> str:
+        return f"<LogicalTensors: {len(self._raw)} tensors>"
+
+
 @dataclass(frozen=True, slots=True)
 class ParameterCount:
     """A model's true parameter count and how it was found.
@@ -131,27 +167,27 @@ class ParameterCount:
     exact: bool
     stored_total: int
     quantization: Quantization | None
-    tensors: Mapping[str, LogicalTensor]
+    tensors: LogicalTensors
     declared_total: int | None = None
     problems: tuple[str, ...] = ()
 
     @property
     def unpacked(self) -> list[str]:
         """Names of tensors whose values were unpacked (several per stored element)."""
-        return [t.name for t in self.tensors.values() if t.role == WEIGHT and t.packing]
+        return [n for n, t in self.tensors.raw_items() if t[0] == WEIGHT and t[4]]
 
     @property
     def auxiliary(self) -> list[str]:
         """Names of bookkeeping tensors left out of the count."""
-        return [t.name for t in self.tensors.values() if t.role == AUXILIARY]
+        return [n for n, t in self.tensors.raw_items() if t[0] == AUXILIARY]
 
     def by_dtype(self, tensors: Mapping[str, TensorInfo]) -> dict[str, int]:
         """True parameters per stored dtype (bookkeeping left out), sorted by dtype."""
         counts: dict[str, int] = {}
-        for name, logical in self.tensors.items():
-            if logical.role == WEIGHT:
+        for name, (role, parameters, *_) in self.tensors.raw_items():
+            if role == WEIGHT:
                 key = tensors[name].dtype
-                counts[key] = counts.get(key, 0) + logical.num_parameters
+                counts[key] = counts.get(key, 0) + parameters
         return dict(sorted(counts.items()))
 
 
@@ -389,7 +425,8 @@ class _Counter:
         self.q = quantization
         self.shapes = logical_shapes
         self.source = source
-        self.result: dict[str, LogicalTensor] = {}
+        # Filled in the tensors' order; None until a tensor's role is known.
+        self.result: dict[str, _Raw | None] = dict.fromkeys(tensors)
         self.problems: list[str] = []
         self.layouts: set[str] = set()
 
@@ -404,13 +441,12 @@ class _Counter:
         *,
         exact: bool = True,
     ) -> None:
-        self.result[name] = LogicalTensor(name, WEIGHT, count, shape, exact, packing)
+        self.result[name] = (WEIGHT, count, shape, exact, packing)
 
     def aux(self, name: str, why: str) -> None:
-        if name in self.tensors and name not in self.result:
-            self.result[name] = LogicalTensor(
-                name, AUXILIARY, 0, self.tensors[name].shape, True, why
-            )
+        info = self.tensors.get(name)
+        if info is not None and self.result[name] is None:
+            self.result[name] = (AUXILIARY, 0, info.shape, True, why)
 
     def sibling(self, prefix: str, leaf: str) -> TensorInfo | None:
         return self.tensors.get(f"{prefix}.{leaf}" if prefix else leaf)
@@ -465,7 +501,7 @@ class _Counter:
 
     def run(self) -> None:
         for name, info in self.tensors.items():
-            if name in self.result:
+            if self.result[name] is not None:
                 continue
             prefix, leaf = _split(name)
             if leaf == "qweight" and info.dtype in _INT_CONTAINERS:
@@ -492,7 +528,7 @@ class _Counter:
                 self.weight(name, info.num_elements * 2, shape, packing)
         quantized = bool(self.layouts) or self.q is not None
         for name, info in self.tensors.items():
-            if name in self.result:
+            if self.result[name] is not None:
                 continue
             prefix, leaf = _split(name)
             if info.dtype == "F8_E8M0":
@@ -500,9 +536,9 @@ class _Counter:
             elif quantized and _BNB4_STATE.search(name):
                 self.aux(name, "bitsandbytes 4-bit quantization state")
             elif quantized and leaf in _AUX_LEAVES:
-                self.aux(name, f"{leaf}: quantization bookkeeping")
+                self.aux(name, "quantization bookkeeping")
             elif quantized and leaf == "scale" and self.quantized_weight(prefix):
-                self.aux(name, f"scale of {prefix}.weight")
+                self.aux(name, "scale of a quantized weight")
             else:
                 if info.dtype in _FLOAT8:
                     self.layouts.add("float8")
@@ -556,8 +592,7 @@ class _Counter:
             elif cols * container == out * bits:
                 layout = "awq"
         self.layouts.add(layout or "gptq")
-        per = f"{container // bits}" if container % bits == 0 else f"{container}/{bits}"
-        packing = f"{layout or 'packed'} {bits}-bit, {per} per {info.dtype}"
+        packing = _packing(layout or "packed", bits, container, info.dtype)
         if layout == "gptq" and len(info.shape) == 2:
             inputs = g_idx.shape[0] if g_idx is not None and g_idx.shape else None
             exact = inputs is not None or (rows * container % bits == 0 and container % bits == 0)
@@ -569,8 +604,9 @@ class _Counter:
         else:
             count, exact = _unpack(info.num_elements, container, bits)
             self.weight(name, count, None, packing, exact=exact and not guessed)
-        for leaf in ("qzeros", "scales", "g_idx"):
-            self.aux(f"{prefix}.{leaf}", f"{leaf} of {name}")
+        self.aux(f"{prefix}.qzeros", "zero points of a packed weight")
+        self.aux(f"{prefix}.scales", "scales of a packed weight")
+        self.aux(f"{prefix}.g_idx", "input order of a packed weight")
 
     def weight_packed(self, name: str, info: TensorInfo, prefix: str) -> None:
         """compressed-tensors: ``weight_packed`` with its logical ``weight_shape`` beside it."""
@@ -690,6 +726,14 @@ class _Counter:
             )
 
 
+@functools.lru_cache(maxsize=64)
+def _packing(layout: str, bits: int, container: int, dtype: str) -> str:
+    """``"gptq 4-bit, 8 per I32"``; ``"gptq 3-bit, 32/3 per I32"`` when the width does not
+    divide the container."""
+    per = f"{container // bits}" if container % bits == 0 else f"{container}/{bits}"
+    return f"{layout} {bits}-bit, {per} per {dtype}"
+
+
 def _ratio(numerator: int, denominator: int) -> int | None:
     if denominator <= 0 or numerator % denominator:
         return None
@@ -783,13 +827,13 @@ def count_parameters(
     counter = _Counter(tensors, quantization, logical_shapes or {}, source)
     counter.run()
     counter.check()
-    results = {name: counter.result[name] for name in tensors}
+    results = cast("dict[str, _Raw]", counter.result)  # run() gave every tensor its role
     return ParameterCount(
-        total=sum(t.num_parameters for t in results.values()),
-        exact=all(t.exact for t in results.values()),
+        total=sum(t[1] for t in results.values()),
+        exact=all(t[3] for t in results.values()),
         stored_total=sum(info.num_elements for info in tensors.values()),
         quantization=quantization,
-        tensors=MappingProxyType(results),
+        tensors=LogicalTensors(results),
         declared_total=declared_total(metadata),
         problems=tuple(dict.fromkeys([*problems, *counter.problems])),
     )
