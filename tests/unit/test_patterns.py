@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from remotetensors.ctregex import SafePattern, UnsupportedPattern
+from remotetensors.quantization.patterns import SafePattern, UnsupportedPattern
 
 PATTERNS = [
     r".*lm_head",

@@ -1,17 +1,7 @@
-"""True parameter counts of quantized checkpoints, from the headers and ``config.json``. Pure.
+"""Each tensor's role and logical size, recognised from names, dtypes and siblings' shapes.
 
-A quantized checkpoint stores several weights in one container element (eight 4-bit values per
-``I32`` for GPTQ and AWQ, two per byte for bitsandbytes 4-bit, MXFP4 and NVFP4, ``32/bits`` per
-``U32`` for MLX) and keeps bookkeeping tensors beside them (scales, zero points, ``g_idx``,
-``absmax``, the stored logical shape). The model's true parameter count is what the unquantized
-model had: each packed weight counted as the values it holds, bookkeeping left out.
-
-:func:`describe_quantization` reads what the config says (``quantization_config``, a nested
-``text_config``, MLX's top-level ``quantization``, or a separate ``quantization_config.json``);
-:func:`count_parameters` gives every tensor its role and logical size. The layout is recognised
-from the tensors themselves (names, dtypes and the shapes of siblings), so a checkpoint whose
-config is missing is still counted right, and a config that contradicts the tensors is reported
-instead of believed. No IO here.
+The layouts of GPTQ, AWQ, bitsandbytes, compressed-tensors, FP8, MXFP4 and MLX, checked against
+what the config says; the entry point is :func:`count_parameters`. Pure.
 """
 
 from __future__ import annotations
@@ -19,351 +9,22 @@ from __future__ import annotations
 import functools
 import math
 import re
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
-from types import MappingProxyType
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, cast
 
-from .ctregex import SafePattern, UnsupportedPattern
+from .config import (
+    KNOWN_METHODS,
+    compressed_groups,
+    declared_total,
+    describe_quantization,
+    int_or_none,
+)
+from .patterns import SafePattern, UnsupportedPattern
+from .values import AUXILIARY, WEIGHT, LogicalTensors, ParameterCount, Quantization, RawLogical
 
 if TYPE_CHECKING:
-    from .index import TensorInfo
+    from ..index import TensorInfo
 
-WEIGHT = "weight"
-"""Role of a tensor that holds model parameters (packed or not)."""
-AUXILIARY = "auxiliary"
-"""Role of quantization bookkeeping: scales, zero points, ``g_idx``, ``absmax``, shapes, …"""
-
-KNOWN_METHODS = frozenset(
-    {
-        "gptq",
-        "awq",
-        "bitsandbytes",
-        "compressed-tensors",
-        "fp8",
-        "fbgemm_fp8",
-        "mxfp4",
-        "mlx",
-    }
-)
-"""Methods whose layouts are understood (``quant_method`` as configs write it, lowercase)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Quantization:
-    """How a checkpoint was quantized, as its config says.
-
-    Attributes:
-        method: ``quant_method`` lowercased (``"gptq"``, ``"awq"``, ``"bitsandbytes"``,
-            ``"compressed-tensors"``, ``"fp8"``, ``"mxfp4"``, ``"mlx"``, …).
-        bits: bits per weight, when the config gives one width (``None`` when mixed or unsaid).
-        group_size: weights per scale group; ``None`` when per channel or unsaid.
-        modules_not_converted: modules left unquantized (``modules_to_not_convert``,
-            ``llm_int8_skip_modules``, compressed-tensors' ``ignore``), as written.
-        format: the storage format where the method has several (bitsandbytes ``"nf4"``/
-            ``"fp4"``/``"int8"``, compressed-tensors ``"pack-quantized"``, AWQ ``"gemm"``, …).
-        expert_dtype: the routed experts' dtype, when the config names one apart from the rest.
-        source: where it was read (``"config.json: quantization_config"``).
-        config: the quantization block itself.
-    """
-
-    method: str
-    bits: int | None = None
-    group_size: int | None = None
-    modules_not_converted: tuple[str, ...] = ()
-    format: str | None = None
-    expert_dtype: str | None = None
-    source: str = ""
-    config: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
-
-    def as_dict(self) -> dict[str, Any]:
-        """A JSON-ready summary (no raw config)."""
-        return {
-            "method": self.method,
-            "bits": self.bits,
-            "group_size": self.group_size,
-            "format": self.format,
-            "modules_not_converted": list(self.modules_not_converted),
-            "expert_dtype": self.expert_dtype,
-            "source": self.source,
-        }
-
-
-@dataclass(frozen=True, slots=True)
-class LogicalTensor:
-    """One tensor as the unquantized model would have it.
-
-    Attributes:
-        name: the stored tensor's name.
-        role: :data:`WEIGHT` (parameters) or :data:`AUXILIARY` (quantization bookkeeping).
-        num_parameters: the parameters it holds: the unpacked element count of a packed weight,
-            the stored count of a plain one, 0 for bookkeeping.
-        shape: the logical shape when known (``None`` when only the count is known).
-        exact: False when ``num_parameters`` is an upper bound (a width that does not divide
-            its container, and no logical shape stored).
-        packing: how the values are packed (``"gptq 4-bit, 8 per I32"``); ``None`` when stored
-            one per element, or for bookkeeping the reason it is bookkeeping.
-    """
-
-    name: str
-    role: str
-    num_parameters: int
-    shape: tuple[int, ...] | None
-    exact: bool = True
-    packing: str | None = None
-
-
-_Raw = tuple[str, int, "tuple[int, ...] | None", bool, "str | None"]
-"""(role, parameters, logical shape, exact, packing): a LogicalTensor before it is built."""
-
-
-class LogicalTensors(Mapping[str, LogicalTensor]):
-    """name -> :class:`LogicalTensor`, in the order of the model's tensors; read-only.
-
-    Values are built when asked for, so counting a model of 200,000 tensors does not build
-    200,000 objects that nobody looks at.
-    """
-
-    __slots__ = ("_raw",)
-
-    def __init__(self, raw: dict[str, _Raw]) -> None:
-        self._raw = raw
-
-    def __getitem__(self, name: str) -> LogicalTensor:
-        return LogicalTensor(name, *self._raw[name])
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._raw)
-
-    def __len__(self) -> int:
-        return len(self._raw)
-
-    def __contains__(self, name: object) -> bool:
-        return name in self._raw
-
-    def raw_items(self) -> Iterator[tuple[str, _Raw]]:
-        """(name, (role, parameters, shape, exact, packing)) without building objects."""
-        return iter(self._raw.items())
-
-    def __repr__(self) -> str:
-        return f"<LogicalTensors: {len(self._raw)} tensors>"
-
-
-@dataclass(frozen=True, slots=True)
-class ParameterCount:
-    """A model's true parameter count and how it was found.
-
-    Attributes:
-        total: parameters of the unquantized model (an upper bound when ``exact`` is False).
-        exact: whether every tensor's count is exact.
-        stored_total: elements as stored (the hub's naive count, for comparison).
-        quantization: what the config says, or ``None`` for an unquantized model.
-        tensors: name -> :class:`LogicalTensor`, for every tensor.
-        declared_total: ``total_parameters`` as the file's or index's metadata declares it.
-        problems: messages about the config (each naming the file); shown as warnings.
-    """
-
-    total: int
-    exact: bool
-    stored_total: int
-    quantization: Quantization | None
-    tensors: LogicalTensors
-    declared_total: int | None = None
-    problems: tuple[str, ...] = ()
-
-    @property
-    def unpacked(self) -> list[str]:
-        """Names of tensors whose values were unpacked (several per stored element)."""
-        return [n for n, t in self.tensors.raw_items() if t[0] == WEIGHT and t[4]]
-
-    @property
-    def auxiliary(self) -> list[str]:
-        """Names of bookkeeping tensors left out of the count."""
-        return [n for n, t in self.tensors.raw_items() if t[0] == AUXILIARY]
-
-    def by_dtype(self, tensors: Mapping[str, TensorInfo]) -> dict[str, int]:
-        """True parameters per stored dtype (bookkeeping left out), sorted by dtype."""
-        counts: dict[str, int] = {}
-        for name, (role, parameters, *_) in self.tensors.raw_items():
-            if role == WEIGHT:
-                key = tensors[name].dtype
-                counts[key] = counts.get(key, 0) + parameters
-        return dict(sorted(counts.items()))
-
-
-# --- what the config says ------------------------------------------------------------------------
-
-
-def _int_or_none(value: Any) -> int | None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        return None
-    return value
-
-
-def _find_block(
-    config: Mapping[str, Any] | None,
-    quantization_config: Mapping[str, Any] | None,
-    config_location: str,
-    quantization_config_location: str,
-) -> tuple[Mapping[str, Any] | None, str, bool]:
-    """(the quantization block, where it was found, whether it is MLX's ``quantization``)."""
-    places: list[tuple[Mapping[str, Any], str]] = []
-    if config is not None:
-        places.append((config, config_location))
-        text = config.get("text_config")
-        if isinstance(text, Mapping):
-            places.append((text, f"{config_location}: text_config"))
-    for where, label in places:
-        block = where.get("quantization_config")
-        if isinstance(block, Mapping) and block:
-            return block, f"{label}: quantization_config", False
-    for where, label in places:
-        block = where.get("quantization")
-        if isinstance(block, Mapping) and block:
-            return block, f"{label}: quantization", True
-    if quantization_config:
-        return quantization_config, quantization_config_location, False
-    return None, "", False
-
-
-def describe_quantization(
-    config: Mapping[str, Any] | None,
-    quantization_config: Mapping[str, Any] | None = None,
-    *,
-    config_location: str = "config.json",
-    quantization_config_location: str = "quantization_config.json",
-) -> tuple[Quantization | None, tuple[str, ...]]:
-    """What the config says about quantization: (description or None, problems).
-
-    Never raises; a block that cannot be understood gives a problem message naming the file.
-    """
-    block, source, mlx = _find_block(
-        config, quantization_config, config_location, quantization_config_location
-    )
-    if block is None:
-        return None, ()
-    raw_method = block.get("quant_method")
-    if isinstance(raw_method, str) and raw_method:
-        method = raw_method.strip().lower().replace("_", "-")
-        # configs write both spellings; keep the ones the ecosystem uses
-        method = {"compressed-tensors": "compressed-tensors", "fbgemm-fp8": "fbgemm_fp8"}.get(
-            method, method
-        )
-    elif mlx or ("bits" in block and "group_size" in block and "quant_method" not in block):
-        method = "mlx"
-    elif block.get("load_in_4bit") or block.get("load_in_8bit"):
-        method = "bitsandbytes"
-    else:
-        return None, (f"{source}: a quantization block without a method; counted from tensors",)
-    problems: list[str] = []
-    if method not in KNOWN_METHODS:
-        problems.append(
-            f"{source}: unknown quantization method {raw_method!r}; the count follows the "
-            "tensors' layout"
-        )
-    bits, group_size, fmt = _bits_group_format(method, block)
-    skipped: list[str] = []
-    for key in ("modules_to_not_convert", "llm_int8_skip_modules", "ignore"):
-        value = block.get(key)
-        if isinstance(value, list):
-            skipped.extend(str(v) for v in value)
-    if method == "mlx":
-        skipped.extend(k for k, v in block.items() if v is False)
-    expert = block.get("expert_dtype")
-    if expert is None and config is not None:
-        expert = config.get("expert_dtype")
-    description = Quantization(
-        method=method,
-        bits=bits,
-        group_size=group_size,
-        modules_not_converted=tuple(dict.fromkeys(skipped)),
-        format=fmt,
-        expert_dtype=str(expert) if expert is not None else None,
-        source=source,
-        config=MappingProxyType(dict(block)),
-    )
-    return description, tuple(problems)
-
-
-def _bits_group_format(
-    method: str, block: Mapping[str, Any]
-) -> tuple[int | None, int | None, str | None]:
-    bits = _int_or_none(block.get("bits") if "bits" in block else block.get("w_bit"))
-    group = _int_or_none(block.get("group_size", block.get("q_group_size")))
-    fmt: str | None = None
-    if method == "awq":
-        fmt = str(block.get("version", "gemm")).lower()
-    elif method == "gptq":
-        fmt = str(block["checkpoint_format"]) if "checkpoint_format" in block else None
-    elif method == "bitsandbytes":
-        if block.get("load_in_4bit") or block.get("_load_in_4bit"):
-            bits, fmt = 4, str(block.get("bnb_4bit_quant_type", "fp4"))
-        else:
-            bits, fmt = 8, "int8"
-        group = None
-    elif method == "compressed-tensors":
-        fmt = str(block["format"]) if "format" in block else None
-        widths = {g.bits for g in compressed_groups(block)}
-        sizes = {g.group_size for g in compressed_groups(block)}
-        bits = widths.pop() if len(widths) == 1 else None
-        group = sizes.pop() if len(sizes) == 1 else None
-    elif method in ("fp8", "fbgemm_fp8"):
-        bits, group = 8, None
-    elif method == "mxfp4":
-        bits, group = 4, 32
-    if group is not None and group <= 0:
-        group = None  # -1: one group per output channel
-    return bits, group, fmt
-
-
-@dataclass(frozen=True, slots=True)
-class CompressedGroup:
-    """One of compressed-tensors' ``config_groups``: which modules, and their weights' width."""
-
-    targets: tuple[str, ...]
-    bits: int | None
-    group_size: int | None
-    type: str | None
-
-
-def compressed_groups(block: Mapping[str, Any]) -> list[CompressedGroup]:
-    """compressed-tensors' ``config_groups``, in order."""
-    groups = block.get("config_groups")
-    found: list[CompressedGroup] = []
-    if not isinstance(groups, Mapping):
-        return found
-    for group in groups.values():
-        if not isinstance(group, Mapping):
-            continue
-        weights = group.get("weights")
-        targets = group.get("targets")
-        weights = weights if isinstance(weights, Mapping) else {}
-        found.append(
-            CompressedGroup(
-                tuple(str(t) for t in targets) if isinstance(targets, list) else (),
-                _int_or_none(weights.get("num_bits")),
-                _int_or_none(weights.get("group_size")),
-                str(weights["type"]) if "type" in weights else None,
-            )
-        )
-    return found
-
-
-def declared_total(metadata: Mapping[str, object] | None) -> int | None:
-    """``total_parameters`` from a header's ``__metadata__`` or an index's metadata, if any."""
-    if not metadata:
-        return None
-    value = metadata.get("total_parameters")
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, str) and value.strip().isdigit():
-        return int(value.strip())
-    return None
-
-
-# --- layouts -----------------------------------------------------------------------------------
 
 # bitsandbytes 4-bit keeps its state beside the packed weight, under the weight's own name.
 _BNB4_STATE = re.compile(
@@ -426,9 +87,13 @@ class _Counter:
         self.shapes = logical_shapes
         self.source = source
         # Filled in the tensors' order; None until a tensor's role is known.
-        self.result: dict[str, _Raw | None] = dict.fromkeys(tensors)
+        self.result: dict[str, RawLogical | None] = dict.fromkeys(tensors)
         self.problems: list[str] = []
         self.layouts: set[str] = set()
+        # Weights with a ``<weight>.quant_state.bitsandbytes__*`` beside them, found in one pass.
+        self.bnb4_weights = {
+            n.partition(".quant_state.")[0] for n in tensors if ".quant_state." in n
+        }
 
     # -- helpers -------------------------------------------------------------------------------
 
@@ -466,7 +131,7 @@ class _Counter:
         if q.method == "mlx":
             override = q.config.get(prefix)
             if isinstance(override, Mapping):
-                return _int_or_none(override.get("bits"))
+                return int_or_none(override.get("bits"))
         expert = self.expert_bits(name)
         if expert:
             return expert
@@ -482,7 +147,7 @@ class _Counter:
         if q.method == "mlx":
             override = q.config.get(prefix)
             if isinstance(override, Mapping):
-                return _int_or_none(override.get("group_size"))
+                return int_or_none(override.get("group_size"))
         return q.group_size
 
     def compressed_bits(self, module: str) -> int | None:
@@ -553,16 +218,10 @@ class _Counter:
         return weight is not None and weight.dtype in (_FLOAT8 | {"I8", "U8", "I32", "U32"})
 
     def has_bnb4_state(self, name: str) -> bool:
-        return any(
+        """Whether weight ``name`` has bitsandbytes 4-bit state beside it."""
+        return name in self.bnb4_weights or any(
             f"{name}.{leaf}" in self.tensors for leaf in ("absmax", "quant_map", "nested_absmax")
-        ) or any(n.startswith(f"{name}.quant_state.") for n in self._state_names())
-
-    def _state_names(self) -> list[str]:
-        cached: list[str] | None = getattr(self, "_states", None)
-        if cached is None:
-            cached = [n for n in self.tensors if ".quant_state." in n]
-            self._states = cached
-        return cached
+        )
 
     def qweight(self, name: str, info: TensorInfo, prefix: str) -> None:
         """GPTQ (packed along the input dim) and AWQ (along the output dim)."""
@@ -827,7 +486,7 @@ def count_parameters(
     counter = _Counter(tensors, quantization, logical_shapes or {}, source)
     counter.run()
     counter.check()
-    results = cast("dict[str, _Raw]", counter.result)  # run() gave every tensor its role
+    results = cast("dict[str, RawLogical]", counter.result)  # run() gave every tensor its role
     return ParameterCount(
         total=sum(t[1] for t in results.values()),
         exact=all(t[3] for t in results.values()),
