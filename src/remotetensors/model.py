@@ -39,6 +39,7 @@ from .quantization import (
     ParameterCount,
     Quantization,
     count_parameters,
+    declared_total,
     stored_shape_tensors,
 )
 from .reader import AsyncTensorFile
@@ -117,6 +118,14 @@ class AsyncModel:
             }
         self._true_count = None
 
+    def _declaring_metadata(self) -> Mapping[str, object] | None:
+        """The metadata that declares ``total_parameters``: the index's, else a shard's."""
+        candidates = [self.index.metadata, *(f.metadata for f in self.index.files.values())]
+        for metadata in candidates:
+            if declared_total(metadata) is not None:
+                return metadata
+        return self.index.metadata
+
     @property
     def true_count(self) -> ParameterCount:
         """The true count: each tensor's role and logical size (see :mod:`.quantization`)."""
@@ -126,7 +135,7 @@ class AsyncModel:
                 self.index.tensors,
                 configs.config,
                 quantization_config=configs.quantization_config,
-                metadata=self.index.metadata,
+                metadata=self._declaring_metadata(),
                 logical_shapes=self._logical_shapes,
                 config_location=configs.config_location,
                 quantization_config_location=configs.quantization_config_location,

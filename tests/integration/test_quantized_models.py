@@ -313,3 +313,31 @@ def test_notebook_view_shows_the_true_count_on_top(tmp_path: Path) -> None:
     assert "quantized: gptq, 4-bit, group size 128" in head
     assert f"declared: {oracle:,} (metadata total_parameters)" in head
     assert "differs" not in head
+
+
+def test_declared_total_in_shards_and_a_named_file_on_the_hub(hub_env: HubStandIn) -> None:
+    spec, config = q.awq(ARCH)
+    oracle = q.float_count(ARCH)
+    files = q.files_for(spec, config, shards=2, metadata={"total_parameters": str(oracle)})
+    index = json.loads(files["model.safetensors.index.json"])
+    del index["metadata"]["total_parameters"]  # only the shards' __metadata__ declare it
+    files["model.safetensors.index.json"] = json.dumps(index).encode()
+    hub_env.add("org/declared", {f"sub/{n}": d for n, d in files.items()})
+    with rt.open_model("hf://org/declared/sub/model.safetensors.index.json") as model:
+        assert model.config == config  # sub/config.json, beside the named index
+        assert model.true_count.declared_total == oracle == model.num_parameters
+    with rt.open_model("hf://org/declared/sub/model-00001-of-00002.safetensors") as shard:
+        assert shard.quantization is not None
+        assert shard.quantization.method == "awq"
+
+
+def test_unknown_method_on_s3_warns_and_still_counts(s3_env: str) -> None:
+    spec, config = q.gptq(ARCH, bits=8)
+    config["quantization_config"]["quant_method"] = "brand-new"
+    put_s3(s3_env, "quantized", {f"unknown/{n}": d for n, d in q.files_for(spec, config).items()})
+    with pytest.warns(rt.ConfigWarning, match=r"s3://quantized/unknown/config\.json.*brand-new"):
+        model = rt.open_model("s3://quantized/unknown/")
+    with model:
+        assert model.quantization is not None
+        assert model.quantization.method == "brand-new"
+        assert model.num_parameters == q.float_count(ARCH)

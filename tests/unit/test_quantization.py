@@ -239,3 +239,12 @@ def test_declared_total_is_reported_beside_ours() -> None:
     result = count_parameters(infos(spec), config, metadata={"total_parameters": "12345"})
     assert result.declared_total == 12345
     assert result.total == q.float_count(ARCH)
+
+
+def test_mlx_top_level_quantization_block_alone() -> None:
+    spec, config = q.mlx(ARCH, bits=8, group=32)
+    del config["quantization_config"]
+    result = check_exact(spec, config, q.float_count(ARCH))
+    assert result.quantization is not None
+    assert result.quantization.source == "config.json: quantization"
+    assert (result.quantization.method, result.quantization.group_size) == ("mlx", 32)
