@@ -248,3 +248,14 @@ def test_mlx_top_level_quantization_block_alone() -> None:
     assert result.quantization is not None
     assert result.quantization.source == "config.json: quantization"
     assert (result.quantization.method, result.quantization.group_size) == ("mlx", 32)
+
+
+@pytest.mark.parametrize("build", [q.gptq, q.awq])
+def test_a_width_the_tensors_contradict_is_reported_once(build: Any) -> None:
+    spec, config = build(ARCH, bits=4)
+    config["quantization_config"]["bits"] = 8  # the tensors hold 4-bit values
+    result = count_parameters(infos(spec), config)
+    assert result.total == q.float_count(ARCH)  # the zero points' packing gives the width
+    assert len(result.problems) == 1
+    assert "says 8-bit" in result.problems[0]
+    assert f"{len(q.linears(ARCH)):,} tensors" in result.problems[0]

@@ -90,6 +90,9 @@ class _Counter:
         self.result: dict[str, RawLogical | None] = dict.fromkeys(tensors)
         self.problems: list[str] = []
         self.layouts: set[str] = set()
+        self.unknown_width: list[str] = []  # packed weights counted at an assumed 4 bits
+        # packed weights whose shapes contradict the configured width (an ordered set)
+        self.width_mismatch: dict[str, None] = {}
         # Weights with a ``<weight>.quant_state.bitsandbytes__*`` beside them, found in one pass.
         self.bnb4_weights = {
             n.partition(".quant_state.")[0] for n in tensors if ".quant_state." in n
@@ -229,16 +232,18 @@ class _Counter:
         scales = self.sibling(prefix, "scales")
         qzeros = self.sibling(prefix, "qzeros")
         g_idx = self.sibling(prefix, "g_idx")
-        bits = self.bits_for(name)
-        if bits is None and scales is not None and qzeros is not None and scales.shape:
+        configured = self.bits_for(name)
+        inferred = None
+        if scales is not None and qzeros is not None and scales.shape and qzeros.shape:
             # Both methods pack the zero points along the output dim, beside one scale each.
-            bits = _ratio(container * qzeros.shape[-1], scales.shape[-1])
+            inferred = _ratio(container * qzeros.shape[-1], scales.shape[-1])
+        bits = configured or inferred
+        if configured is not None and inferred is not None and configured != inferred:
+            self.width_mismatch[name] = None
+            bits = inferred
         method = self.q.method if self.q is not None and self.q.method in ("gptq", "awq") else None
         if bits is None:
-            self.problems.append(
-                f"{self.source}: no width for {name} in the config or its siblings; counted "
-                "as 4-bit, an estimate"
-            )
+            self.unknown_width.append(name)
             bits, guessed = 4, True
         else:
             guessed = False
@@ -253,10 +258,13 @@ class _Counter:
         self.layouts.add(layout or "gptq")
         packing = _packing(layout or "packed", bits, container, info.dtype)
         if layout == "gptq" and len(info.shape) == 2:
+            # g_idx holds one group index per input: the input width, whatever the packing.
             inputs = g_idx.shape[0] if g_idx is not None and g_idx.shape else None
             exact = inputs is not None or (rows * container % bits == 0 and container % bits == 0)
             if inputs is None:
                 inputs = rows * container // bits
+            elif rows * container != inputs * bits and not guessed:
+                self.width_mismatch[name] = None
             self.weight(name, cols * inputs, (cols, inputs), packing, exact=exact and not guessed)
         elif layout == "awq" and len(info.shape) == 2 and out is not None:
             self.weight(name, rows * out, (out, rows), packing, exact=not guessed)
@@ -278,9 +286,7 @@ class _Counter:
             container = _INT_CONTAINERS.get(info.dtype, info.dtype_info.bits)
             found = self.bits_for(name) or _infer_packed_bits(self, prefix, info, container)
             if found is None:
-                self.problems.append(
-                    f"{self.source}: no width for {name}; counted as 4-bit, an estimate"
-                )
+                self.unknown_width.append(name)
             bits, guessed = found or 4, found is None
             per = container // bits if container % bits == 0 else f"{container}/{bits}"
             packing = f"pack-quantized {bits}-bit, {per} per {info.dtype}"
@@ -339,9 +345,7 @@ class _Counter:
             bits = _ratio(cols * 32, inputs)
         guessed = bits is None
         if bits is None:
-            self.problems.append(
-                f"{self.source}: no width for {name}; counted as 4-bit, an estimate"
-            )
+            self.unknown_width.append(name)
             bits = 4
         packing = f"mlx {bits}-bit, {32 // bits if 32 % bits == 0 else f'32/{bits}'} per U32"
         if inputs is not None and inputs * bits == cols * 32:
@@ -356,6 +360,18 @@ class _Counter:
     # -- the config against the tensors -----------------------------------------------------
 
     def check(self) -> None:
+        """Problems, one message per kind (a model has thousands of tensors)."""
+        if self.unknown_width:
+            self.problems.append(
+                f"{self.source}: no width in the config or the tensors' shapes for "
+                f"{_some(self.unknown_width)}; counted as 4-bit, an estimate"
+            )
+        if self.width_mismatch and self.q is not None:
+            self.problems.append(
+                f"{self.q.source}: says {self.q.bits}-bit, but {_some(list(self.width_mismatch))} "
+                "are packed at another width (their qzeros against their scales, or g_idx); "
+                "counted as the tensors say"
+            )
         q = self.q
         if q is None or q.method not in KNOWN_METHODS:
             return
@@ -383,6 +399,13 @@ class _Counter:
                 + f", but no tensor is stored that way (seen: {seen}); the count follows "
                 "the tensors"
             )
+
+
+def _some(names: list[str]) -> str:
+    """``"a.qweight"`` or ``"1,024 tensors (a.qweight, b.qweight, …)"``."""
+    if len(names) == 1:
+        return names[0]
+    return f"{len(names):,} tensors ({', '.join(names[:2])}, …)"
 
 
 @functools.lru_cache(maxsize=64)
