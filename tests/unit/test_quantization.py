@@ -259,3 +259,13 @@ def test_a_width_the_tensors_contradict_is_reported_once(build: Any) -> None:
     assert len(result.problems) == 1
     assert "says 8-bit" in result.problems[0]
     assert f"{len(q.linears(ARCH)):,} tensors" in result.problems[0]
+
+
+def test_stored_shapes_the_packed_weights_cannot_hold_are_not_believed() -> None:
+    spec, config = q.compressed_pack(ARCH, bits=4, group=32)
+    shapes = {n: (v[0], v[1] * 3) for n, v in q.weight_shape_values(ARCH).items()}
+    result = count_parameters(infos(spec), config, logical_shapes=shapes)
+    assert result.total == q.float_count(ARCH)  # from the packed tensors: these rows are full
+    assert not result.exact
+    assert len(result.problems) == 1
+    assert "weight_shape" in result.problems[0]

@@ -91,6 +91,7 @@ class _Counter:
         self.problems: list[str] = []
         self.layouts: set[str] = set()
         self.unknown_width: list[str] = []  # packed weights counted at an assumed 4 bits
+        self.bad_shapes: list[str] = []  # stored logical shapes their packed weight cannot hold
         # packed weights whose shapes contradict the configured width (an ordered set)
         self.width_mismatch: dict[str, None] = {}
         # Weights with a ``<weight>.quant_state.bitsandbytes__*`` beside them, found in one pass.
@@ -288,8 +289,7 @@ class _Counter:
             if found is None:
                 self.unknown_width.append(name)
             bits, guessed = found or 4, found is None
-            per = container // bits if container % bits == 0 else f"{container}/{bits}"
-            packing = f"pack-quantized {bits}-bit, {per} per {info.dtype}"
+            packing = _packing("pack-quantized", bits, container, info.dtype)
         if not info.shape:
             self.weight(name, info.num_elements, info.shape, None)
             return
@@ -309,11 +309,7 @@ class _Counter:
             if fits:
                 shape, exact = tuple(stored), True
             else:
-                self.problems.append(
-                    f"{self.source}: {prefix}.weight_shape says {list(stored)}, which "
-                    f"{name} {list(info.shape)} {info.dtype} at {bits} bits cannot hold; "
-                    "counted from the packed tensor"
-                )
+                self.bad_shapes.append(f"{prefix}.weight_shape")
         self.weight(name, math.prod(shape), shape, packing, exact=exact and not guessed)
 
     def mxfp4_blocks(self, name: str, info: TensorInfo, prefix: str, leaf: str) -> None:
@@ -347,7 +343,7 @@ class _Counter:
         if bits is None:
             self.unknown_width.append(name)
             bits = 4
-        packing = f"mlx {bits}-bit, {32 // bits if 32 % bits == 0 else f'32/{bits}'} per U32"
+        packing = _packing("mlx", bits, 32, info.dtype)
         if inputs is not None and inputs * bits == cols * 32:
             shape = (*info.shape[:-1], inputs)
             self.weight(name, math.prod(shape), shape, packing)
@@ -365,6 +361,11 @@ class _Counter:
             self.problems.append(
                 f"{self.source}: no width in the config or the tensors' shapes for "
                 f"{_some(self.unknown_width)}; counted as 4-bit, an estimate"
+            )
+        if self.bad_shapes:
+            self.problems.append(
+                f"{self.source}: {_some(self.bad_shapes)} hold shapes their packed weights cannot "
+                "hold; counted from the packed tensors"
             )
         if self.width_mismatch and self.q is not None:
             self.problems.append(
