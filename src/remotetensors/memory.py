@@ -98,7 +98,7 @@ class MemoryEstimate:
             layers included as if they held the token).
         full_layers: layers whose cache grows with the whole context.
         window_layers: layers capped by a sliding window or attention chunk.
-        window_tokens: the window (or chunk) of those layers.
+        window_tokens: the sliding window (the attention chunk when no layer slides).
         constant_layers: layers with a state of constant size (linear attention, SSM), not
             counted.
         kv_cache_unknown: why the cache could not be estimated, else ``None``.
@@ -179,35 +179,52 @@ def _auto_kv_dtype(config: Mapping[str, Any]) -> str | None:
     return None
 
 
-def _layer_kinds(config: Mapping[str, Any], layers: int) -> tuple[int, int, int | None, int]:
-    """(full, windowed, window tokens, constant-state) layer counts."""
+@dataclass(frozen=True, slots=True)
+class _Layers:
+    """How a model's attention layers keep their cache."""
+
+    full: int  # the whole context
+    sliding: int = 0  # at most ``window`` tokens
+    window: int | None = None
+    chunked: int = 0  # at most ``chunk`` tokens
+    chunk: int | None = None
+    constant: int = 0  # a state that does not grow (linear attention, SSM)
+
+    def tokens(self, context: int) -> int:
+        """Cached tokens over all layers, for one sequence of ``context`` tokens."""
+        capped = self.sliding * min(self.window or context, context)
+        capped += self.chunked * min(self.chunk or context, context)
+        return self.full * context + capped
+
+
+def _layer_kinds(config: Mapping[str, Any], layers: int) -> _Layers:
     window = _int(config, "sliding_window")
     chunk = _int(config, "attention_chunk_size")
     kinds = config.get("layer_types")
     if isinstance(kinds, list) and kinds:
-        kinds = [str(k).lower() for k in kinds[:layers]]
-        full = sum(k in _FULL for k in kinds)
-        sliding = sum(k in _SLIDING for k in kinds)
-        chunked = sum(k in _CHUNKED for k in kinds)
-        windowed = sliding + chunked
-        size = window if sliding else chunk
-        if windowed and size is None:
-            full, windowed = full + windowed, 0  # no window size given: count them in full
-        return full, windowed, size if windowed else None, len(kinds) - full - sliding - chunked
+        names = [str(k).lower() for k in kinds[:layers]]
+        sliding = sum(k in _SLIDING for k in names)
+        chunked = sum(k in _CHUNKED for k in names)
+        constant = len(names) - sliding - chunked - sum(k in _FULL for k in names)
+        full = layers - sliding - chunked - constant  # layers the list leaves out: full
+        if window is None:  # no size given: those layers keep everything
+            full, sliding = full + sliding, 0
+        if chunk is None:
+            full, chunked = full + chunked, 0
+        return _Layers(full, sliding, window, chunked, chunk, constant)
     pattern = _int(config, "sliding_window_pattern")
     if pattern is None and config.get("model_type") == "gemma2":
         pattern = 2  # Gemma 2 alternates local and global layers; older configs do not say
     if pattern and window:
         full = layers // pattern  # every pattern-th layer is global (Gemma 2/3, Cohere 2)
-        return full, layers - full, window, 0
+        return _Layers(full, layers - full, window)
     if not window or config.get("use_sliding_window") is False:
-        return layers, 0, None, 0
+        return _Layers(layers)
     limit = config.get("max_window_layers")
     if config.get("use_sliding_window") is True and isinstance(limit, int):
-        # Qwen2: the layers from max_window_layers on use the window
-        full = min(max(limit, 0), layers)
-        return full, layers - full, window if full < layers else None, 0
-    return 0, layers, window, 0  # Mistral: every layer
+        full = min(max(limit, 0), layers)  # Qwen2: layers from max_window_layers on slide
+        return _Layers(full, layers - full, window)
+    return _Layers(0, layers, window)  # Mistral: every layer
 
 
 def estimate_memory(
@@ -277,10 +294,10 @@ def estimate_memory(
             head_dim = hidden // heads
         per_layer = 2 * kv_heads * head_dim
         attention = "mqa" if kv_heads == 1 else ("mha" if kv_heads == heads else "gqa")
-    full, windowed, window, constant = _layer_kinds(cfg, layers)
+    kinds = _layer_kinds(cfg, layers)
     bits = KV_DTYPE_BITS[dtype]
-    tokens = full * context + windowed * min(window or context, context)
-    kv_bits = tokens * per_layer * bits * batch
+    kv_bits = kinds.tokens(context) * per_layer * bits * batch
+    growing = kinds.full + kinds.sliding + kinds.chunked
     return MemoryEstimate(
         weights_bytes,
         (kv_bits + 7) // 8,
@@ -288,9 +305,9 @@ def estimate_memory(
         batch,
         kv_dtype=dtype,
         attention=attention,
-        kv_bytes_per_token=((full + windowed) * per_layer * bits + 7) // 8,
-        full_layers=full,
-        window_layers=windowed,
-        window_tokens=window,
-        constant_layers=constant,
+        kv_bytes_per_token=(growing * per_layer * bits + 7) // 8,
+        full_layers=kinds.full,
+        window_layers=kinds.sliding + kinds.chunked,
+        window_tokens=kinds.window if kinds.sliding else kinds.chunk,
+        constant_layers=kinds.constant,
     )

@@ -165,3 +165,19 @@ def test_kv_dtype_names_and_bad_input() -> None:
         estimate_memory(llama(), 0, context=1, batch=0)
     fp4 = estimate_memory(llama(), 0, context=3, kv_dtype="fp4")
     assert fp4.kv_cache_bytes == compute_safetensors_kv_cache_size(llama(), "U8", 3) // 2
+
+
+def test_chunked_and_sliding_layers_each_keep_their_own_cap() -> None:
+    kinds = ["chunked_attention", "sliding_attention", "full_attention"]
+    config = llama(
+        num_hidden_layers=6, layer_types=kinds * 2, sliding_window=512, attention_chunk_size=2048
+    )
+    per_token_layer = 2 * 8 * 128 * 2
+    estimate = estimate_memory(config, 0, context=8192)
+    assert estimate.kv_cache_bytes == (2 * 8192 + 2 * 512 + 2 * 2048) * per_token_layer
+    assert (estimate.full_layers, estimate.window_layers, estimate.window_tokens) == (2, 4, 512)
+    short = llama(num_hidden_layers=6, layer_types=["sliding_attention"], sliding_window=512)
+    # layers the list leaves out keep the whole context
+    assert (
+        estimate_memory(short, 0, context=8192).kv_cache_bytes == (5 * 8192 + 512) * per_token_layer
+    )
