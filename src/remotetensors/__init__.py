@@ -25,6 +25,7 @@ from .errors import (
     UnsupportedDtypeError,
 )
 from .index import FileIndex, ModelIndex, TensorInfo, parameter_count
+from .memory import MemoryEstimate
 from .model import AsyncModel, open_model_async
 from .options import ReadOptions
 from .quantization import LogicalTensor, ParameterCount, Quantization
@@ -52,6 +53,7 @@ __all__ = [
     "HeaderErrorKind",
     "HttpOptions",
     "LogicalTensor",
+    "MemoryEstimate",
     "MissingDependencyError",
     "Model",
     "ModelIndex",

@@ -93,6 +93,7 @@ PUBLIC_NAMES = {
     "open_model_async",
     "ConfigWarning",
     "LogicalTensor",
+    "MemoryEstimate",
     "ParameterCount",
     "Quantization",
 }
