@@ -8,6 +8,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from remotetensors.index import TensorInfo
 from remotetensors.quantization import AUXILIARY, WEIGHT, count_parameters, describe_quantization
@@ -269,3 +271,56 @@ def test_stored_shapes_the_packed_weights_cannot_hold_are_not_believed() -> None
     assert not result.exact
     assert len(result.problems) == 1
     assert "weight_shape" in result.problems[0]
+
+
+@given(
+    hidden=st.integers(1, 6).map(lambda n: 128 * n),
+    intermediate=st.integers(1, 8).map(lambda n: 128 * n),
+    heads=st.sampled_from([2, 4, 8]),
+    kv_heads=st.sampled_from([1, 2]),
+    layers=st.integers(1, 3),
+    vocab=st.integers(1, 1000),
+    layout=st.sampled_from(["gptq", "awq", "bnb4", "bnb8", "nvfp4", "fp8", "mlx"]),
+    bits=st.sampled_from([2, 3, 4, 8]),
+)
+def test_any_shape_counts_as_its_float_model(
+    hidden: int,
+    intermediate: int,
+    heads: int,
+    kv_heads: int,
+    layers: int,
+    vocab: int,
+    layout: str,
+    bits: int,
+) -> None:
+    arch = q.Arch(
+        hidden=hidden,
+        intermediate=intermediate,
+        heads=heads,
+        kv_heads=kv_heads,
+        head_dim=64,
+        vocab=vocab,
+        layers=layers,
+    )
+    builds = {
+        "gptq": lambda: q.gptq(arch, bits=bits),
+        "awq": lambda: q.awq(arch, bits=4 if bits == 3 else bits),
+        "bnb4": lambda: q.bnb4(arch),
+        "bnb8": lambda: q.bnb8(arch),
+        "nvfp4": lambda: q.compressed_nvfp4(arch),
+        "fp8": lambda: q.fp8_blocks(arch),
+        "mlx": lambda: q.mlx(arch, bits=bits, group=64),
+    }
+    spec, config = builds[layout]()
+    check_exact(spec, config, q.float_count(arch))
+
+
+@given(intermediate=st.integers(1, 300), bits=st.sampled_from([4, 8]))
+def test_pack_quantized_with_any_row_width(intermediate: int, bits: int) -> None:
+    arch = q.Arch(intermediate=intermediate)
+    spec, config = q.compressed_pack(arch, bits=bits, group=4)
+    header_only = count_parameters(infos(spec), config)
+    assert header_only.total >= q.float_count(arch)  # an upper bound, flagged as one
+    assert not header_only.exact
+    shapes = {n: tuple(int(x) for x in v) for n, v in q.weight_shape_values(arch).items()}
+    check_exact(spec, config, q.float_count(arch), logical_shapes=shapes)
