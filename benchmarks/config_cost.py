@@ -6,8 +6,8 @@ Serves three models through the hub protocol of ``benchmarks/server.py`` (its ow
 added latency per request): a GPTQ checkpoint in one file, the same in 8 shards, and a plain
 BF16 model in 8 shards. Each is opened ``repeat`` times with ``open_model("hf://…")`` and its
 true count read, once as shipped (``config.json`` and ``quantization_config.json`` asked for in
-the discovery round) and once with config reading switched off (the count then relies on the
-tensors alone). Prints requests, bytes and the median wall time of each, and the CPU time of
+the discovery round) and once with ``ReadOptions(read_configs=False)`` (the count then relies on
+the tensors alone). Prints requests, bytes and the median wall time of each, and the CPU time of
 :func:`remotetensors.quantization.count_parameters` over a DeepSeek-sized tensor list.
 """
 
@@ -19,11 +19,8 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent)]
@@ -32,8 +29,6 @@ from run import Server, machine, serving, table  # noqa: E402
 from tests import quantized as q  # noqa: E402
 
 import remotetensors as rt  # noqa: E402
-import remotetensors.model as model_module  # noqa: E402
-from remotetensors.configs import ConfigFiles  # noqa: E402
 from remotetensors.index import TensorInfo  # noqa: E402
 from remotetensors.quantization import count_parameters  # noqa: E402
 
@@ -56,22 +51,9 @@ def write(root: Path) -> dict[str, int]:
     return dict.fromkeys(models, q.float_count(ARCH))
 
 
-@contextmanager
-def without_configs() -> Iterator[None]:
-    async def nothing(place: Any) -> ConfigFiles:
-        return ConfigFiles()
-
-    # load_model looks read_configs up in its module each time it opens a model
-    namespace = vars(model_module)
-    original = namespace["read_configs"]
-    namespace["read_configs"] = nothing
-    try:
-        yield
-    finally:
-        namespace["read_configs"] = original
-
-
-def measure(server: Server, repo: str, repeat: int) -> tuple[float, dict[str, int], int]:
+def measure(
+    server: Server, repo: str, repeat: int, *, configs: bool = True
+) -> tuple[float, dict[str, int], int]:
     os.environ["HF_ENDPOINT"] = server.url
     times = []
     stats: dict[str, int] = {}
@@ -79,7 +61,8 @@ def measure(server: Server, repo: str, repeat: int) -> tuple[float, dict[str, in
     for _ in range(repeat):
         server.stats()  # reset
         started = time.perf_counter()
-        with rt.open_model(f"hf://bench/{repo}", token=False) as model:
+        options = rt.ReadOptions(read_configs=configs)
+        with rt.open_model(f"hf://bench/{repo}", token=False, options=options) as model:
             count = model.num_parameters
         times.append(time.perf_counter() - started)
         stats = server.stats()
@@ -118,8 +101,9 @@ def main() -> None:
                 measure(server, "gptq-single", 1)  # warm imports and the server
                 for repo in expected:
                     with_time, with_stats, with_count = measure(server, repo, args.repeat)
-                    with without_configs():
-                        bare_time, bare_stats, bare_count = measure(server, repo, args.repeat)
+                    bare_time, bare_stats, bare_count = measure(
+                        server, repo, args.repeat, configs=False
+                    )
                     assert with_count == bare_count == expected[repo], (repo, with_count)
                     rows.append(
                         [

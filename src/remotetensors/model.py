@@ -390,7 +390,9 @@ async def load_model(
             client=client,
             storage_options=storage_options,
         )
-        configs_task = asyncio.ensure_future(read_configs(place))
+        configs_task = asyncio.ensure_future(
+            read_configs(place) if options.read_configs else _no_configs()
+        )
         try:
             if name is not None and name.endswith(".json"):
                 shard_index = await _read_index(place, name)
@@ -419,6 +421,10 @@ async def load_model(
     for problem in model.true_count.problems:
         warnings.warn(ConfigWarning(problem), stacklevel=2)
     return model
+
+
+async def _no_configs() -> ConfigFiles:
+    return ConfigFiles()
 
 
 def _single(location: str, name: str, file: AsyncTensorFile) -> AsyncModel:

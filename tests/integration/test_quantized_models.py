@@ -132,6 +132,18 @@ def test_a_named_file_finds_the_config_beside_it_in_the_same_round(rounds: Round
     assert len(rounds.rounds) == 1
 
 
+def test_config_reading_can_be_switched_off(rounds: RoundServer) -> None:
+    spec, config = q.gptq(ARCH)
+    base = serve(rounds, q.files_for(spec, config))
+    rounds.expect(2)
+    with rt.open_model(base, options=rt.ReadOptions(read_configs=False)) as model:
+        assert model.config is None
+        assert model.quantization is None  # the config was not read ...
+        assert model.num_parameters == q.float_count(ARCH)  # ... the layout still is
+    assert rounds.strays == []
+    assert rounds.rounds == [["/f/repo/model.safetensors", "/f/repo/model.safetensors.index.json"]]
+
+
 def test_no_config_is_no_error(rounds: RoundServer) -> None:
     files = q.files_for(q.float_spec(ARCH), None)
     base = serve(rounds, files)
