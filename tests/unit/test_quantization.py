@@ -324,3 +324,24 @@ def test_pack_quantized_with_any_row_width(intermediate: int, bits: int) -> None
     assert not header_only.exact
     shapes = {n: tuple(int(x) for x in v) for n, v in q.weight_shape_values(arch).items()}
     check_exact(spec, config, q.float_count(arch), logical_shapes=shapes)
+
+
+def test_blocks_without_a_method_name() -> None:
+    autogptq = {"bits": 4, "group_size": 128, "desc_act": False, "sym": True}
+    found, _ = describe_quantization(ARCH.config(), autogptq)
+    assert found is not None
+    assert (found.method, found.bits) == ("gptq", 4)
+    autoawq = {"w_bit": 4, "q_group_size": 128, "zero_point": True, "version": "GEMM"}
+    found, _ = describe_quantization(ARCH.config(), autoawq)
+    assert found is not None
+    assert (found.method, found.bits, found.group_size, found.format) == ("awq", 4, 128, "gemm")
+    spelled = ARCH.config(quantization_config={"quant_method": "Compressed_Tensors"})
+    found, problems = describe_quantization(spelled)
+    assert found is not None
+    assert found.method == "compressed-tensors"
+    assert problems == ()
+    kept = ARCH.config(quantization_config={"quant_method": "FP_Quant"})
+    found, problems = describe_quantization(kept)
+    assert found is not None
+    assert found.method == "fp_quant"  # as the config says, lowercased
+    assert "unknown quantization method 'FP_Quant'" in problems[0]

@@ -61,6 +61,10 @@ def _find_block(
     return None, "", False
 
 
+_ALIASES = {"compressed_tensors": "compressed-tensors"}
+"""Other spellings of known methods, seen in the wild."""
+
+
 def describe_quantization(
     config: Mapping[str, Any] | None,
     quantization_config: Mapping[str, Any] | None = None,
@@ -79,15 +83,18 @@ def describe_quantization(
         return None, ()
     raw_method = block.get("quant_method")
     if isinstance(raw_method, str) and raw_method:
-        method = raw_method.strip().lower().replace("_", "-")
-        # configs write both spellings; keep the ones the ecosystem uses
-        method = {"compressed-tensors": "compressed-tensors", "fbgemm-fp8": "fbgemm_fp8"}.get(
-            method, method
-        )
-    elif mlx or ("bits" in block and "group_size" in block and "quant_method" not in block):
+        method = raw_method.strip().lower()  # as the config says, lowercased
+        method = _ALIASES.get(method, method)
+    elif mlx:
         method = "mlx"
     elif block.get("load_in_4bit") or block.get("load_in_8bit"):
         method = "bitsandbytes"
+    elif any(key in block for key in ("desc_act", "damp_percent", "true_sequential")):
+        method = "gptq"  # AutoGPTQ's own file, which names no method
+    elif any(key in block for key in ("w_bit", "zero_point")):
+        method = "awq"  # AutoAWQ's
+    elif "bits" in block and "group_size" in block:
+        method = "mlx"  # MLX repeats its block as quantization_config, without a method
     else:
         return None, (f"{source}: a quantization block without a method; counted from tensors",)
     problems: list[str] = []
