@@ -90,6 +90,7 @@ PUBLIC_NAMES = {
     "ModelIndex",
     "open_model",
     "open_model_async",
+    "AmbiguousModelError",
 }
 
 
