@@ -77,6 +77,17 @@ def parameter_count(tensors: Iterable[TensorInfo]) -> dict[str, int]:
     return dict(sorted(counts.items()))
 
 
+def bits_per_weight(tensors: Iterable[TensorInfo]) -> dict[str, float]:
+    """Bits of storage per element, per dtype name (16.0 for BF16, 4.5 for GGUF's Q4_K),
+    ordered by dtype name; dtypes with no elements are left out."""
+    counts: dict[str, int] = {}
+    nbytes: dict[str, int] = {}
+    for info in tensors:
+        counts[info.dtype] = counts.get(info.dtype, 0) + info.num_elements
+        nbytes[info.dtype] = nbytes.get(info.dtype, 0) + info.nbytes
+    return {d: nbytes[d] * 8 / counts[d] for d in sorted(counts) if counts[d]}
+
+
 class _Totals:
     """Counts over ``self.tensors``, shared by file and model indexes."""
 

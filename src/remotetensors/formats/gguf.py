@@ -295,6 +295,12 @@ class _Progress:
     array_done: int = 0
     array_pos: int = 0
     in_array: bool = False
+    largest_count: int = 0
+    largest_bytes: int = 0
+
+    def array_seen(self, count: int, nbytes: int) -> None:
+        self.largest_count = max(self.largest_count, count)
+        self.largest_bytes = max(self.largest_bytes, nbytes)
 
 
 class HeaderParser:
@@ -390,13 +396,21 @@ class HeaderParser:
     def _estimate(self, end: int) -> int:
         p = self._progress
         guess = end
+        largest_count, largest_bytes = p.largest_count, p.largest_bytes
         if p.in_array and p.array_done > 0:
             per = (p.array_pos - p.array_start) / p.array_done
-            guess = max(guess, p.array_start + math.ceil(per * p.array_count))
+            array_bytes = math.ceil(per * p.array_count)
+            guess = max(guess, p.array_start + array_bytes)
+            largest_count = max(largest_count, p.array_count)
+            largest_bytes = max(largest_bytes, array_bytes)
         per_info = _GUESS_INFO_BYTES
         if p.infos_done > 0:
             per_info = math.ceil((self._pos - p.infos_start) / p.infos_done)
-        guess += p.kv_left * _GUESS_KV_BYTES + p.infos_left * per_info
+        # The pairs not yet seen: a tokenizer's other arrays (types, scores, merges) follow its
+        # vocabulary and scale with it, so guess them from the largest array so far: 4 bytes an
+        # element for each remaining pair, but no more than that array's own size in all.
+        rest = min(p.kv_left * 4 * largest_count, largest_bytes)
+        guess += p.kv_left * _GUESS_KV_BYTES + rest + p.infos_left * per_info
         if self.file_size is not None:
             guess = min(guess, self.file_size)
         return min(guess, self.limits.max_header_bytes)
@@ -454,6 +468,8 @@ class HeaderParser:
             tensors.append(tensor)
         progress.infos_left = 0
         header_end = self._pos
+        if header_end > self.limits.max_header_bytes:  # when it was fed in one piece
+            self._need(header_end, "the tensor infos")
         data_start = -(-header_end // alignment) * alignment
         self._check_data(tensors, alignment, data_start)
         return GGUFHeader(
@@ -595,8 +611,8 @@ class HeaderParser:
             items: list[Any] = []
             inner: tuple[int, ...] = (ARRAY,)
             for k in range(count):
-                sub = yield from self._u32(f"the value type of element {k} of {key!r}")
-                value, inner_types = yield from self._value(sub, f"{key}[{k}]", depth=depth + 1)
+                # Each element is an array value: its element type, length and elements.
+                value, inner_types = yield from self._array(f"{key}[{k}]", depth=depth + 1)
                 items.append(value)
                 inner = inner_types
             return tuple(items), (ARRAY, *inner) if count else (ARRAY, ARRAY)
@@ -608,6 +624,7 @@ class HeaderParser:
         while len(self._buf) < end:
             yield self._need(end, f"array {key!r}")
         values = np.frombuffer(bytes(self._buf[self._pos : end]), dtype=dt).tolist()
+        self._progress.array_seen(count, end - self._pos)
         self._pos = end
         return tuple(values), (ARRAY, etype)
 
@@ -639,6 +656,7 @@ class HeaderParser:
                     yield self._need(end, f"element {k} of array {key!r}")
             out.append(buf[pos + 8 : end].decode("utf-8", "surrogateescape"))
             pos = end
+        progress.array_seen(count, pos - progress.array_start)
         self._pos = pos
         progress.in_array = False
         return tuple(out)
