@@ -60,7 +60,11 @@ def quantized(rng: np.random.Generator, qtype: Any, shape: tuple[int, ...]) -> n
     except NotImplementedError:
         block, size = gguf.GGML_QUANT_SIZES[qtype]
         byte_shape = (*shape[:-1], shape[-1] // block * size)
-        return rng.integers(0, 256, byte_shape, dtype=np.uint8)
+        raw = rng.integers(0, 256, byte_shape, dtype=np.uint8)
+        # The f16 scales sit at even offsets of each block: no infinities or NaNs among them.
+        halves = raw.view("<u2")
+        halves[(halves & 0x7C00) == 0x7C00] &= 0xBFFF
+        return raw
 
 
 def sample_tensors(seed: int = 0) -> dict[str, tuple[np.ndarray, Any]]:
@@ -124,7 +128,9 @@ def write_gguf(
         writer.add_token_scores([float(-i) for i in range(vocab_size)])
     if merges:
         tokens = vocabulary(merges, seed=2)
-        writer.add_token_merges([f"{a} {b}" for a, b in zip(tokens, tokens[1:] + tokens[:1])])
+        writer.add_token_merges(
+            [f"{a} {b}" for a, b in zip(tokens, tokens[1:] + tokens[:1], strict=True)]
+        )
     writer.add_bos_token_id(1)
     writer.add_chat_template("{% for m in messages %}{{ m.content }}{% endfor %}" * 5)
     for name, (array, raw) in (tensors if tensors is not None else sample_tensors()).items():

@@ -118,7 +118,9 @@ class HubStandIn:
         return self._ranged(request, entry, data, headers)
 
     def _tree(self, request: web.Request, entry: Entry, tail: str) -> web.Response:
-        match = re.fullmatch(r"api/(models|datasets|spaces)/([^/]+/[^/]+)/tree/([^/]+)(?:/(.+))?", tail)
+        match = re.fullmatch(
+            r"api/(models|datasets|spaces)/([^/]+/[^/]+)/tree/([^/]+)(?:/(.+))?", tail
+        )
         if match is None:
             entry.status = 404
             return web.Response(status=404, text="unknown route")
@@ -145,7 +147,12 @@ class HubStandIn:
                 continue
             data = files[path]
             listed.append(
-                {"type": "file", "path": path, "size": len(data), "oid": hashlib.sha1(data).hexdigest()}
+                {
+                    "type": "file",
+                    "path": path,
+                    "size": len(data),
+                    "oid": hashlib.sha1(data).hexdigest(),
+                }
             )
         start = int(request.query.get("cursor", "0"))
         page = listed[start : start + TREE_PAGE]

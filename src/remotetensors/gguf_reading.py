@@ -126,7 +126,9 @@ class AsyncGGUFFile(AsyncTensorFile):
     def _decoded(self, info: TensorInfo, raw: npt.NDArray[np.uint8], shape: tuple[int, ...]) -> Any:
         if is_quantized(info.dtype):
             return convert(dequantize(raw, info.dtype, shape), "F32", self._framework)
-        return convert(raw.view(DTYPES[info.dtype].numpy).reshape(shape), info.dtype, self._framework)
+        return convert(
+            raw.view(DTYPES[info.dtype].numpy).reshape(shape), info.dtype, self._framework
+        )
 
     async def _read_slice(self, info: TensorInfo, index: Any) -> Any:
         if not is_quantized(info.dtype):

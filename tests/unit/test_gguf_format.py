@@ -126,9 +126,7 @@ def test_ggml_types_and_file_types_match_the_package() -> None:
     assert len(GGML_TYPES) == len(gguf.GGML_QUANT_SIZES)
     for ftype in gguf.LlamaFileType:
         if ftype.name != "GUESSED":
-            assert FILE_TYPES[int(ftype)] == ftype.name.removeprefix("MOSTLY_").replace(
-                "ALL_", ""
-            )
+            assert FILE_TYPES[int(ftype)] == ftype.name.removeprefix("MOSTLY_").replace("ALL_", "")
 
 
 def test_describe_summarises_without_the_vocabulary(tmp_path: Path) -> None:
@@ -381,18 +379,22 @@ def test_mutated_files_parse_or_fail_cleanly(
     if cut is not None:
         data = data[: cut % (len(data) + 1)]
     tracemalloc.start()
+    kind = None
     try:
         parse_header(bytes(data))
     except HeaderError as exc:
-        assert isinstance(exc.kind, HeaderErrorKind)
+        kind = exc.kind
     finally:
         _, peak = tracemalloc.get_traced_memory()
         tracemalloc.stop()
+    assert kind is None or isinstance(kind, HeaderErrorKind)
     assert peak < 20 * len(small_file) + 1_000_000  # nothing sized by a hostile count
 
 
 def test_strings_in_values_keep_invalid_bytes() -> None:
-    data = build([kv(b"k", 8, s(b"ok\xff")), kv(b"a", 9, struct.pack("<IQ", 8, 1) + s(b"\xfe"))], [])
+    data = build(
+        [kv(b"k", 8, s(b"ok\xff")), kv(b"a", 9, struct.pack("<IQ", 8, 1) + s(b"\xfe"))], []
+    )
     header = parse_header(data)
     assert header.metadata["k"].encode("utf-8", "surrogateescape") == b"ok\xff"
     assert header.metadata["a"][0].encode("utf-8", "surrogateescape") == b"\xfe"

@@ -261,9 +261,7 @@ class GGUFHeader:
             )
             for t in infos
         }
-        return FileIndex(
-            tensors, self.metadata, self.data_start, file_size, "gguf", prefix_bytes=0
-        )
+        return FileIndex(tensors, self.metadata, self.data_start, file_size, "gguf", prefix_bytes=0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -779,11 +777,11 @@ def next_read_end(need: NeedMore, have: int, file_size: int) -> int:
 
     At least ``need.end``; otherwise the estimated header end plus a quarter of the estimated
     remainder as margin (so a vocabulary whose later entries are longer than its first still
-    fits), and at least twice what is held, so repeated underestimates grow geometrically.
+    fits), and at least half again what is held, so repeated underestimates grow geometrically.
     Never past the end of the file.
     """
     margin = max(need.estimate - have, 0) // 4 + 4096
-    return min(file_size, max(need.end, need.estimate + margin, 2 * have))
+    return min(file_size, max(need.end, need.estimate + margin, have + have // 2))
 
 
 # --- split files and summaries -----------------------------------------------------------------
@@ -865,4 +863,3 @@ def quantization(metadata: Mapping[str, Any], tensors: Mapping[str, TensorInfo])
     for info in tensors.values():
         by_type[info.dtype] = by_type.get(info.dtype, 0) + info.nbytes
     return max(by_type, key=lambda k: by_type[k]) if by_type else None
-

@@ -68,7 +68,6 @@ class Place:
             storage_options=self.storage_options,
         )
 
-
     async def list_files(self) -> list[str] | None:
         """The names of the files in this place (relative paths; recursive for a hub repo), or
         None where a place cannot be listed (a plain HTTP server).
