@@ -225,6 +225,14 @@ def join_parts(files: dict[str, AsyncTensorFile]) -> ModelIndex:
 
     from .errors import HeaderError, HeaderErrorKind
 
+    first = next(iter(files.values()))
+    declared = (first.index.metadata or {}).get("split.count")
+    if isinstance(declared, int) and declared != len(files):
+        raise HeaderError(
+            HeaderErrorKind.INVALID_METADATA,
+            f"split.count says {declared} parts but {len(files)} were named: {', '.join(files)}",
+            location=first.location,
+        )
     tensors: dict[str, TensorInfo] = {}
     for name, file in files.items():
         for tensor, info in file.index.tensors.items():
@@ -235,7 +243,6 @@ def join_parts(files: dict[str, AsyncTensorFile]) -> ModelIndex:
                     location=file.location,
                 )
             tensors[tensor] = replace(info, file=name)
-    first = next(iter(files.values()))
     return ModelIndex({n: f.index for n, f in files.items()}, tensors, first.index.metadata)
 
 

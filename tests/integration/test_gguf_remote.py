@@ -281,3 +281,23 @@ def test_missing_gguf_package_is_a_clear_error(
         assert raw.size == f.index.tensors["blk.0.ffn_up.weight"].nbytes
         with pytest.raises(rt.UnsupportedDtypeError, match=r"remotetensors\[gguf\]"):
             f.get_tensor("blk.0.ffn_up.weight")
+
+
+async def test_open_async_and_a_split_set_that_does_not_add_up(
+    gguf_root: dict[str, Any], tmp_path: Path
+) -> None:
+    ref: ReferenceView = gguf_root["ref"]
+    async with rt.open_async(f"{gguf_root['base']}/model.gguf") as f:
+        assert f.index.format == "gguf"
+        got = await f.get_tensor("output.weight")
+        np.testing.assert_array_equal(got, ref.tensors["output.weight"].values)
+        rows = await f.get_slice("output.weight")[1:3]
+        np.testing.assert_array_equal(rows, ref.tensors["output.weight"].values[1:3])
+    # Two of three parts renamed as a set of two: split.count (3) disagrees.
+    parts = gguf_root["parts"]
+    for i in (0, 1):
+        (tmp_path / f"m-{i + 1:05d}-of-00002.gguf").write_bytes(parts[i].read_bytes())
+    with pytest.raises(rt.HeaderError) as err:
+        rt.open_model(tmp_path / "m-00001-of-00002.gguf")
+    assert err.value.kind is rt.HeaderErrorKind.INVALID_METADATA
+    assert "split.count says 3" in str(err.value)
