@@ -71,6 +71,20 @@ class HubStandIn:
             self._blobs[hashlib.sha256(data).hexdigest()] = data
         return commit
 
+    def _lookup(
+        self, request: web.Request, entry: Entry, repo_id: str, revision: str
+    ) -> tuple[str, dict[str, bytes]] | web.Response:
+        """(commit, files) of a repo at a revision, or the error answer (404, gated 401)."""
+        repo = self.repos.get(repo_id)
+        if repo is None:
+            return self._error(entry, 404, "RepoNotFound")
+        if repo.gated and request.headers.get("Authorization") != f"Bearer {TOKEN}":
+            return self._error(entry, 401, "GatedRepo")
+        found = self._find(repo, revision)
+        if found is None:
+            return self._error(entry, 404, "RevisionNotFound")
+        return found
+
     def _find(self, repo: Repo, revision: str) -> tuple[str, dict[str, bytes]] | None:
         commit = repo.branches.get(revision, revision)
         files = repo.commits.get(commit)
@@ -89,14 +103,9 @@ class HubStandIn:
         repo_id, revision, path = match.group(2), match.group(3), match.group(4)
         if match.group(1):
             repo_id = f"{match.group(1)}/{repo_id}"
-        repo = self.repos.get(repo_id)
-        if repo is None:
-            return self._error(entry, 404, "RepoNotFound")
-        if repo.gated and request.headers.get("Authorization") != f"Bearer {TOKEN}":
-            return self._error(entry, 401, "GatedRepo")
-        found = self._find(repo, revision)
-        if found is None:
-            return self._error(entry, 404, "RevisionNotFound")
+        found = self._lookup(request, entry, repo_id, revision)
+        if isinstance(found, web.Response):
+            return found
         commit, files = found
         data = files.get(path)
         if data is None:
@@ -127,14 +136,9 @@ class HubStandIn:
         kind, repo_id, revision, folder = match.groups()
         if kind != "models":
             repo_id = f"{kind}/{repo_id}"
-        repo = self.repos.get(repo_id)
-        if repo is None:
-            return self._error(entry, 404, "RepoNotFound")
-        if repo.gated and request.headers.get("Authorization") != f"Bearer {TOKEN}":
-            return self._error(entry, 401, "GatedRepo")
-        found = self._find(repo, revision)
-        if found is None:
-            return self._error(entry, 404, "RevisionNotFound")
+        found = self._lookup(request, entry, repo_id, revision)
+        if isinstance(found, web.Response):
+            return found
         commit, files = found
         recursive = request.query.get("recursive", "false").lower() == "true"
         prefix = f"{folder}/" if folder else ""
