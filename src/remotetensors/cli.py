@@ -46,7 +46,7 @@ def main_exit() -> None:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="remotetensors",
-        description="Read safetensors and bintensors files where they live.",
+        description="Read safetensors, bintensors and GGUF files where they live.",
     )
     commands = parser.add_subparsers(required=True, metavar="COMMAND")
 

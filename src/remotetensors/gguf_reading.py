@@ -22,7 +22,7 @@ import numpy as np
 from .dtypes import DTYPES
 from .errors import SliceError, UnsupportedDtypeError
 from .fetch import Target, gather_or_cancel
-from .formats.gguf import GGML_TYPES_BY_NAME, GGUFHeader, HeaderParser, NeedMore, next_read_end
+from .formats.gguf import GGML_TYPES_BY_NAME, HeaderParser, NeedMore, next_read_end
 from .frameworks import convert
 from .index import FileIndex, ModelIndex
 from .ranges import ByteRange
@@ -55,12 +55,7 @@ async def read_gguf_index(source: ByteSource, prefix: Prefix) -> tuple[FileIndex
         have = parser.buffered
         parser.feed(await source.read(have, next_read_end(step, have, prefix.size)))
         step = parser.advance()
-    return gguf_index(step, prefix.size), parser.data
-
-
-def gguf_index(header: GGUFHeader, file_size: int) -> FileIndex:
-    """The header as a :class:`FileIndex` (format ``"gguf"``)."""
-    return header.to_index(file_size=file_size)
+    return step.to_index(file_size=prefix.size), parser.data
 
 
 def is_quantized(dtype_name: str) -> bool:

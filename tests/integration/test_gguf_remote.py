@@ -116,6 +116,38 @@ def test_single_file_equals_the_reference(
         check_slices(f, gguf_root["ref"])
 
 
+def test_a_small_file_takes_one_request(gguf_root: dict[str, Any]) -> None:
+    log: Log = gguf_root["log"]
+    log.clear()
+    with rt.safe_open(f"{gguf_root['base']}/model.gguf") as f:
+        assert len(log.for_path("model.gguf")) == 1
+        f.get_tensor("output.weight")  # the 31 kB file came whole in the first window
+        assert len(log.for_path("model.gguf")) == 1
+
+
+def test_torch_tensors(gguf_root: dict[str, Any]) -> None:
+    torch = pytest.importorskip("torch")
+    ref: ReferenceView = gguf_root["ref"]
+    with rt.safe_open(gguf_root["single"], framework="pt") as f:
+        got = f.get_tensor("blk.0.ffn_up.weight")
+        assert got.dtype == torch.float32
+        np.testing.assert_array_equal(got.numpy(), ref.tensors["blk.0.ffn_up.weight"].values)
+        assert f.get_tensor("blk.0.ffn_gate.weight").dtype == torch.bfloat16
+
+
+def test_s3_prefix_with_gguf_files(gguf_root: dict[str, Any], s3_env: str) -> None:
+    single = gguf_root["single"].read_bytes()
+    options = {"skip_instance_cache": True}
+    put_s3(s3_env, "gguf-one", {"llama/model-Q8_0.gguf": single, "llama/README.md": b"x"})
+    with rt.open_model("s3://gguf-one/llama/", storage_options=options) as model:
+        assert model.files == ["model-Q8_0.gguf"]
+        assert model.index.files["model-Q8_0.gguf"].format == "gguf"
+    put_s3(s3_env, "gguf-two", {"m/a.gguf": single, "m/b.gguf": single})
+    with pytest.raises(rt.AmbiguousModelError) as err:
+        rt.open_model("s3://gguf-two/m/", storage_options=options)
+    assert err.value.choices == ["a.gguf", "b.gguf"]
+
+
 def test_quantized_row_slices_fetch_whole_rows_only(gguf_root: dict[str, Any]) -> None:
     log: Log = gguf_root["log"]
     rng = np.random.default_rng(5)
