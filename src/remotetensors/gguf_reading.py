@@ -251,10 +251,13 @@ async def find_gguf(location: str, place: Place) -> list[str] | None:
     Raises:
         AmbiguousModelError: several GGUF models; the message names them all.
     """
-    from .errors import AmbiguousModelError
+    from .errors import AmbiguousModelError, NotFoundError
     from .formats.gguf import gguf_models
 
-    names = await place.list_files()
+    try:
+        names = await place.list_files()
+    except NotFoundError:
+        return None  # the caller's "no model here" says more
     if not names:
         return None
     models = gguf_models(names)
