@@ -103,6 +103,10 @@ class FrameworkError(RemoteTensorsError, ValueError):
     """An unknown ``framework=`` value, or a framework that is not installed."""
 
 
+class MissingDependencyError(RemoteTensorsError, ImportError):
+    """An optional dependency is not installed; the message names the extra to install."""
+
+
 class NotFoundError(RemoteTensorsError, FileNotFoundError):
     """The location does not exist (HTTP 404, a missing object or path)."""
 

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .dtypes import DTYPES
-from .errors import SliceError, UnsupportedDtypeError
+from .errors import MissingDependencyError, SliceError, UnsupportedDtypeError
 from .fetch import Target, gather_or_cancel
 from .formats.gguf import GGML_TYPES_BY_NAME, HeaderParser, NeedMore, next_read_end
 from .frameworks import convert
@@ -67,13 +67,14 @@ def dequantize(raw: npt.NDArray[np.uint8], dtype_name: str, shape: tuple[int, ..
     """Blocks of a quantized type -> a float32 array of ``shape``, by the ``gguf`` package.
 
     Raises:
-        UnsupportedDtypeError: the ``gguf`` package is missing, or has no dequantizer for the type.
+        MissingDependencyError: the ``gguf`` package is not installed.
+        UnsupportedDtypeError: the installed ``gguf`` package has no dequantizer for the type.
     """
     try:
         from gguf import GGMLQuantizationType
         from gguf.quants import dequantize as gguf_dequantize
     except ImportError:
-        raise UnsupportedDtypeError(
+        raise MissingDependencyError(
             f"dequantizing {dtype_name} needs llama.cpp's gguf package: "
             "pip install 'remotetensors[gguf]' (get_tensor_bytes returns the raw blocks without it)"
         ) from None

@@ -311,7 +311,7 @@ def test_missing_gguf_package_is_a_clear_error(
         assert f.get_tensor("blk.0.attn_v.weight").dtype == np.float16  # no package needed
         raw = f.get_tensor_bytes("blk.0.ffn_up.weight")
         assert raw.size == f.index.tensors["blk.0.ffn_up.weight"].nbytes
-        with pytest.raises(rt.UnsupportedDtypeError, match=r"remotetensors\[gguf\]"):
+        with pytest.raises(rt.MissingDependencyError, match=r"remotetensors\[gguf\]"):
             f.get_tensor("blk.0.ffn_up.weight")
 
 

@@ -62,6 +62,7 @@ PUBLIC_NAMES = {
     "FrameworkError",
     "HeaderError",
     "HeaderErrorKind",
+    "MissingDependencyError",
     "NotFoundError",
     "PermissionDeniedError",
     "RangeNotSupportedError",

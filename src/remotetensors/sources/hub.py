@@ -20,6 +20,7 @@ from urllib.parse import quote, unquote
 
 from .base import Prefix
 from .http import HttpOptions, HttpSource
+from .recipe import SourceRecipe
 
 if TYPE_CHECKING:
     import httpx
@@ -208,11 +209,17 @@ class HubSource(HttpSource):
     ) -> None:
         super().__init__(repo.url(path), client=client, options=options)
         self._repo = repo
+        self._path = path
         self._hub_location = str(repo.repo.child(path) if path else repo.repo)
 
     @property
     def location(self) -> str:
         return self._hub_location
+
+    def recipe(self) -> SourceRecipe:
+        # The resolve URL at the pinned commit: a worker reads the same revision, and the
+        # token travels in the options' headers (sent to the hub only, never to the CDN).
+        return self._recipe_for(self._repo.url(self._path))
 
     async def open_prefix(self, length: int) -> Prefix:
         prefix = await super().open_prefix(length)
