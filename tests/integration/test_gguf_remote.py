@@ -125,6 +125,32 @@ def test_a_small_file_takes_one_request(gguf_root: dict[str, Any]) -> None:
         assert len(log.for_path("model.gguf")) == 1
 
 
+@pytest.mark.parametrize(
+    ("count", "kind"),
+    [(2**25, rt.HeaderErrorKind.TOO_LARGE), (2**20, rt.HeaderErrorKind.TRUNCATED)],
+)
+def test_a_hostile_header_over_http_fails_before_any_big_read(
+    gguf_root: dict[str, Any], count: int, kind: rt.HeaderErrorKind
+) -> None:
+    log: Log = gguf_root["log"]
+    root: Path = gguf_root["root"]
+    # A 4 MB file whose only metadata pair claims `count` strings (8 bytes each at least):
+    # 256 MiB is over the header cap, 8 MiB is past the end of the file.
+    head = (
+        b"GGUF" + (3).to_bytes(4, "little") + (0).to_bytes(8, "little") + (1).to_bytes(8, "little")
+    )
+    pair = (1).to_bytes(8, "little") + b"k" + (9).to_bytes(4, "little")
+    pair += (8).to_bytes(4, "little") + count.to_bytes(8, "little")
+    (root / "hostile.gguf").write_bytes(head + pair + b"\1" * 4_000_000)
+    log.clear()
+    with pytest.raises(rt.HeaderError) as err:
+        rt.safe_open(f"{gguf_root['base']}/hostile.gguf")
+    assert err.value.kind is kind
+    assert "hostile.gguf" in str(err.value)
+    assert len(log.for_path("hostile.gguf")) == 1
+    assert log.total_bytes <= 65536
+
+
 def test_torch_tensors(gguf_root: dict[str, Any]) -> None:
     torch = pytest.importorskip("torch")
     ref: ReferenceView = gguf_root["ref"]

@@ -84,6 +84,21 @@ def test_version_2_reads_like_version_3(tmp_path: Path) -> None:
     check_against_reference(header, path)
 
 
+def test_big_endian_files_from_the_writer_are_rejected_clearly(tmp_path: Path) -> None:
+    path = tmp_path / "be.gguf"
+    writer = gguf.GGUFWriter(path, "llama", endianess=gguf.GGUFEndian.BIG)
+    writer.add_tensor("w", np.ones(32, np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    with pytest.raises(HeaderError) as err:
+        parse_header(path.read_bytes(), location=str(path))
+    assert err.value.kind is K.UNSUPPORTED_VERSION
+    assert "big-endian" in str(err.value)
+    assert str(path) in str(err.value)
+
+
 def test_split_parts_match_the_reference(tmp_path: Path) -> None:
     parts = write_gguf(tmp_path / "m.gguf", split_max_tensors=5)
     assert len(parts) == 3
