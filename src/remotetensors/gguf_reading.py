@@ -131,64 +131,64 @@ class AsyncGGUFFile(AsyncTensorFile):
             return await super()._read_slice(info, index)
         self._check_open()
         key = index if isinstance(index, tuple) else (index,)
-        if not info.shape or (key and key[0] is Ellipsis) or not key:
-            whole = (await self.get_tensors([info.name]))[info.name]
-            return _cut(whole, key, info)
-        rows_total = info.shape[0]
+        values, key = await self._rows_for(info, key)
         try:
-            rows = np.arange(rows_total)[key[0]]
+            result = values[key]
+        except IndexError as exc:
+            raise SliceError(f"{exc} (tensor {info.name}, shape {list(info.shape)})") from None
+        return convert(np.ascontiguousarray(result), "F32", self._framework)
+
+    async def _rows_for(
+        self, info: TensorInfo, key: tuple[Any, ...]
+    ) -> tuple[npt.NDArray[np.float32], tuple[Any, ...]]:
+        """Fetch and dequantize the rows ``key`` selects; returns them and ``key`` remapped to
+        index into them."""
+        ggml = GGML_TYPES_BY_NAME[info.dtype]
+        if not info.shape or not key or key[0] is Ellipsis:
+            raw = await self.get_tensor_bytes(info.name)
+            return dequantize(raw, info.dtype, info.shape), key
+        try:
+            rows = np.arange(info.shape[0])[key[0]]
         except IndexError as exc:
             raise SliceError(f"{exc} (tensor {info.name}, shape {list(info.shape)})") from None
         picked = np.atleast_1d(rows)
         if picked.size == 0:
-            empty = np.empty((0, *info.shape[1:]), dtype=np.float32)
-            return convert(_cut(empty, (slice(None), *key[1:]), info), "F32", self._framework)
-        ggml = GGML_TYPES_BY_NAME[info.dtype]
+            return np.empty((0, *info.shape[1:]), np.float32), (slice(None), *key[1:])
         if len(info.shape) == 1:
             # Elements of a 1-D tensor share blocks: fetch the blocks spanning the selection.
-            first_block = int(picked.min()) // ggml.block_size
-            last_block = int(picked.max()) // ggml.block_size
-            start = info.start + first_block * ggml.type_size
-            raw = np.empty((last_block - first_block + 1) * ggml.type_size, dtype=np.uint8)
+            first = int(picked.min()) // ggml.block_size
+            count = int(picked.max()) // ggml.block_size - first + 1
+            start = info.start + first * ggml.type_size
+            raw = np.empty(count * ggml.type_size, dtype=np.uint8)
             await self._fetch([Target(ByteRange(start, start + raw.size), raw.data)])
-            n = (last_block - first_block + 1) * ggml.block_size
-            values = dequantize(raw, info.dtype, (n,))
-            local = rows - first_block * ggml.block_size
-            return convert(_cut(values, (local, *key[1:]), info), "F32", self._framework)
-        row_elements = math.prod(info.shape[1:])
-        row_bytes = ggml.nbytes(row_elements)
+            values = dequantize(raw, info.dtype, (count * ggml.block_size,))
+            return values, (rows - first * ggml.block_size, *key[1:])
+        row_bytes = ggml.nbytes(math.prod(info.shape[1:]))
         unique = np.unique(picked)
         runs = _runs(unique)
         raws = [np.empty((stop - begin) * row_bytes, dtype=np.uint8) for begin, stop in runs]
-        targets = [
-            Target(
-                ByteRange(info.start + begin * row_bytes, info.start + stop * row_bytes), raw.data
-            )
-            for (begin, stop), raw in zip(runs, raws, strict=True)
-        ]
-        await self._fetch(targets)
-        blocks = np.concatenate(
+        await self._fetch(
+            [
+                Target(
+                    ByteRange(info.start + begin * row_bytes, info.start + stop * row_bytes),
+                    raw.data,
+                )
+                for (begin, stop), raw in zip(runs, raws, strict=True)
+            ]
+        )
+        values = np.concatenate(
             [
                 dequantize(raw, info.dtype, (stop - begin, *info.shape[1:]))
                 for (begin, stop), raw in zip(runs, raws, strict=True)
             ]
         )
-        local = np.searchsorted(unique, rows)
-        return convert(_cut(blocks, (local, *key[1:]), info), "F32", self._framework)
+        return values, (np.searchsorted(unique, rows), *key[1:])
 
 
 def _runs(sorted_rows: npt.NDArray[Any]) -> list[tuple[int, int]]:
     """Sorted distinct row numbers -> ``[begin, stop)`` runs of consecutive rows."""
     breaks = np.flatnonzero(np.diff(sorted_rows) != 1) + 1
     return [(int(part[0]), int(part[-1]) + 1) for part in np.split(sorted_rows, breaks)]
-
-
-def _cut(values: Any, key: tuple[Any, ...], info: TensorInfo) -> Any:
-    try:
-        result = values[key]
-    except IndexError as exc:
-        raise SliceError(f"{exc} (tensor {info.name}, shape {list(info.shape)})") from None
-    return np.ascontiguousarray(result)
 
 
 # --- split files (name-00001-of-00003.gguf) --------------------------------------------------

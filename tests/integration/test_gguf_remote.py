@@ -159,6 +159,11 @@ def test_torch_tensors(gguf_root: dict[str, Any]) -> None:
         assert got.dtype == torch.float32
         np.testing.assert_array_equal(got.numpy(), ref.tensors["blk.0.ffn_up.weight"].values)
         assert f.get_tensor("blk.0.ffn_gate.weight").dtype == torch.bfloat16
+        embd = ref.tensors["token_embd.weight"].values
+        for key in ((slice(2, 4),), (Ellipsis,), (1, slice(0, 5))):
+            part = f.get_slice("token_embd.weight")[key]
+            assert isinstance(part, torch.Tensor)
+            np.testing.assert_array_equal(part.numpy(), embd[key])
 
 
 def test_s3_prefix_with_gguf_files(gguf_root: dict[str, Any], s3_env: str) -> None:
