@@ -17,8 +17,9 @@ from typing import Any
 import numpy as np
 
 from .demo import CountingServer, write_safetensors, write_sample_checkpoint
-from .display import gguf_lines, human_bytes, human_count, plain_table, shown_metadata
+from .display import human_bytes, human_count, plain_table, shown_metadata
 from .errors import RemoteTensorsError
+from .formats.gguf import describe_lines
 from .index import bits_per_weight
 from .options import ReadOptions
 from .sync import Model, open_model
@@ -174,7 +175,7 @@ def _info(args: argparse.Namespace) -> int:
     print(f"  parameters: {human_count(model.num_parameters)} ({model.num_parameters:,})")
     print(f"  data:       {human_bytes(model.nbytes)}")
     if "gguf" in formats and result["metadata"]:
-        print(gguf_lines(result["metadata"], model.num_parameters, model.nbytes))
+        print(describe_lines(result["metadata"], model.num_parameters, model.nbytes))
     elif result["metadata"]:
         print(f"  metadata:   {json.dumps(result['metadata'])}")
     rows = [

@@ -52,21 +52,6 @@ def shown_metadata(
     return dict(metadata)
 
 
-def gguf_lines(summary: Mapping[str, Any], parameters: int, nbytes: int) -> str:
-    """The human lines of ``info`` for a GGUF model's summary (see :func:`shown_metadata`)."""
-    bits = nbytes * 8 / parameters if parameters else 0.0
-    tokenizer = summary.get("tokenizer") or "?"
-    return "\n".join(
-        [
-            f"  architecture: {summary.get('architecture')}",
-            f"  context:      {summary.get('context_length')}",
-            f"  quantization: {summary.get('quantization')} ({bits:.2f} bits/weight)",
-            f"  tokenizer:    {tokenizer}, {summary.get('tokenizer_size', 0):,} tokens",
-            f"  metadata:     {len(summary.get('metadata', {}))} keys (--json shows them)",
-        ]
-    )
-
-
 # --- HTML for notebooks ------------------------------------------------------------------------
 
 MAX_GROUPS_SHOWN = 40

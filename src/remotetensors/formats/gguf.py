@@ -863,3 +863,18 @@ def quantization(metadata: Mapping[str, Any], tensors: Mapping[str, TensorInfo])
     for info in tensors.values():
         by_type[info.dtype] = by_type.get(info.dtype, 0) + info.nbytes
     return max(by_type, key=lambda k: by_type[k]) if by_type else None
+
+
+def describe_lines(summary: Mapping[str, Any], parameters: int, nbytes: int) -> str:
+    """The human lines of ``info`` for a GGUF model's summary (see :func:`describe`)."""
+    bits = nbytes * 8 / parameters if parameters else 0.0
+    tokenizer = summary.get("tokenizer") or "?"
+    return "\n".join(
+        [
+            f"  architecture: {summary.get('architecture')}",
+            f"  context:      {summary.get('context_length')}",
+            f"  quantization: {summary.get('quantization')} ({bits:.2f} bits/weight)",
+            f"  tokenizer:    {tokenizer}, {summary.get('tokenizer_size', 0):,} tokens",
+            f"  metadata:     {len(summary.get('metadata', {}))} keys (--json shows them)",
+        ]
+    )
