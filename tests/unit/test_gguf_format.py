@@ -291,6 +291,7 @@ CORPUS: dict[str, tuple[bytes, HeaderErrorKind]] = {
     "unknown ggml type": (build([], [info(b"w", [32], 99, 0)]), K.INVALID_TENSOR_INFO),
     "removed ggml type 4": (build([], [info(b"w", [32], 4, 0)]), K.INVALID_TENSOR_INFO),
     "row not whole blocks": (build([], [info(b"w", [33], 8, 0)]), K.INVALID_TENSOR_INFO),
+    "quantized scalar": (build([], [info(b"w", [], 8, 0)]), K.INVALID_TENSOR_INFO),
     "element count overflow": (
         build([], [info(b"w", [2**40, 2**40], 0, 0)]),
         K.OVERFLOW,

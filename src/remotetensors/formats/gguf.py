@@ -699,7 +699,7 @@ class HeaderParser:
                 HeaderErrorKind.OVERFLOW,
                 f"tensor {name!r} with dims {dims} has {count} elements, more than 2**63",
             )
-        if dims and dims[0] % ggml_type.block_size:
+        if (dims[0] if dims else 1) % ggml_type.block_size:
             raise self._error(
                 HeaderErrorKind.INVALID_TENSOR_INFO,
                 f"tensor {name!r} ({ggml_type.name}) has rows of {dims[0]} elements, not a "
