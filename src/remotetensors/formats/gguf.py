@@ -699,10 +699,11 @@ class HeaderParser:
                 HeaderErrorKind.OVERFLOW,
                 f"tensor {name!r} with dims {dims} has {count} elements, more than 2**63",
             )
-        if (dims[0] if dims else 1) % ggml_type.block_size:
+        row = dims[0] if dims else 1  # a tensor without dims is one element
+        if row % ggml_type.block_size:
             raise self._error(
                 HeaderErrorKind.INVALID_TENSOR_INFO,
-                f"tensor {name!r} ({ggml_type.name}) has rows of {dims[0]} elements, not a "
+                f"tensor {name!r} ({ggml_type.name}) has rows of {row} elements, not a "
                 f"multiple of its block size {ggml_type.block_size}",
             )
         return GGUFTensor(name, tuple(dims), ggml_type, offset)
