@@ -290,6 +290,21 @@ def test_hub_repo_with_several_gguf_files(
         assert model.files == ["only.gguf"]
 
 
+def test_hub_listing_follows_pages(
+    gguf_root: dict[str, Any], hub: HubStandIn, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import tests.hub_standin
+
+    monkeypatch.setattr(tests.hub_standin, "TREE_PAGE", 2)
+    monkeypatch.setenv("HF_ENDPOINT", hub.endpoint)
+    single = gguf_root["single"].read_bytes()
+    hub.add("org/paged", {f"m{i}.gguf": single for i in range(5)})
+    with pytest.raises(rt.AmbiguousModelError) as err:
+        rt.open_model("hf://org/paged", token=False)
+    assert err.value.choices == [f"m{i}.gguf" for i in range(5)]
+    assert len([e for e in hub.log.entries if "/tree/" in e.path]) == 3
+
+
 def test_local_folder_with_one_gguf_model(gguf_root: dict[str, Any]) -> None:
     folder = gguf_root["parts"][0].parent
     with rt.open_model(folder) as model:
