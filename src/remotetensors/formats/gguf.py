@@ -377,6 +377,11 @@ class HeaderParser:
         return HeaderError(kind, detail, location=self.location)
 
     def _need(self, end: int, what: str) -> NeedMore:
+        self._check_reach(end, what)
+        return NeedMore(end, max(end, self._estimate(end)))
+
+    def _check_reach(self, end: int, what: str) -> None:
+        """Reject a header that must extend to byte ``end``: past the cap, or past the file."""
         limit = self.limits.max_header_bytes
         if end > limit:
             raise self._error(
@@ -389,7 +394,6 @@ class HeaderParser:
                 HeaderErrorKind.TRUNCATED,
                 f"reading {what} needs bytes up to {end} but the file has {self.file_size}",
             )
-        return NeedMore(end, max(end, self._estimate(end)))
 
     def _estimate(self, end: int) -> int:
         p = self._progress
@@ -466,8 +470,7 @@ class HeaderParser:
             tensors.append(tensor)
         progress.infos_left = 0
         header_end = self._pos
-        if header_end > self.limits.max_header_bytes:  # when it was fed in one piece
-            self._need(header_end, "the tensor infos")
+        self._check_reach(header_end, "the tensor infos")  # when it was fed in one piece
         data_start = -(-header_end // alignment) * alignment
         self._check_data(tensors, alignment, data_start)
         return GGUFHeader(
@@ -497,20 +500,9 @@ class HeaderParser:
         )
 
     def _check_counts(self, tensor_count: int, kv_count: int) -> None:
+        # Their smallest encodings, checked before any of them is read.
         least = 24 + kv_count * _MIN_KV_BYTES + tensor_count * _MIN_INFO_BYTES
-        limit = self.limits.max_header_bytes
-        if least > limit:
-            raise self._error(
-                HeaderErrorKind.TOO_LARGE,
-                f"{kv_count} metadata pairs and {tensor_count} tensor infos need at least "
-                f"{least} bytes, past the limit of {limit} bytes (GGUFLimits.max_header_bytes)",
-            )
-        if self.file_size is not None and least > self.file_size:
-            raise self._error(
-                HeaderErrorKind.TRUNCATED,
-                f"{kv_count} metadata pairs and {tensor_count} tensor infos need at least "
-                f"{least} bytes but the file has {self.file_size}",
-            )
+        self._check_reach(least, f"{kv_count} metadata pairs and {tensor_count} tensor infos")
 
     def _u32(self, what: str) -> Generator[NeedMore, None, int]:
         pos = self._pos
@@ -594,11 +586,8 @@ class HeaderParser:
                 f"{self.limits.max_array_length} (GGUFLimits.max_array_length)",
             )
         least = self._pos + count * _MIN_VALUE_BYTES[etype]
-        if least > self.limits.max_header_bytes or (
-            self.file_size is not None and least > self.file_size
-        ):
-            # Checked before reading, so a huge count fails at once instead of after a long read.
-            self._need(least, f"the {count} elements of array {key!r}")
+        # Checked before reading, so a huge count fails at once instead of after a long read.
+        self._check_reach(least, f"the {count} elements of array {key!r}")
         if etype == ARRAY:
             if depth + 1 >= self.limits.max_array_depth:
                 raise self._error(
