@@ -3,7 +3,7 @@
 What crosses the network for a header: the first window (``ReadOptions.header_window_bytes``),
 then, while the header is longer, reads that end where the parser estimates the header ends
 (from the sizes of the vocabulary entries and tensor infos seen so far) plus a quarter of the
-remaining estimate as margin, and at least twice what is held (see
+remaining estimate as margin, and at least half again what is held (see
 :func:`~remotetensors.formats.gguf.next_read_end`). A 10 MB tokenizer header takes 3 requests
 in all; tensor data is read only by the margin of the last request.
 
