@@ -91,6 +91,7 @@ PUBLIC_NAMES = {
     "ModelIndex",
     "open_model",
     "open_model_async",
+    "AmbiguousModelError",
 }
 
 
