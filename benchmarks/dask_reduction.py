@@ -100,7 +100,11 @@ def main() -> None:
         with serving(root, args.latency_ms) as server:
             url = f"{server.url}/files/dask/"
             checksums = []
-            for label, workers in [("get_tensors, one process", 0), ("dask, 1 worker", 1), ("dask, 2 workers", 2)]:
+            for label, workers in [
+                ("get_tensors, one process", 0),
+                ("dask, 1 worker", 1),
+                ("dask, 2 workers", 2),
+            ]:
                 print(f"{label} ...", file=sys.stderr)
                 server.stats()  # reset the counters
                 out = subprocess.run(
@@ -134,7 +138,14 @@ def main() -> None:
             "(aiohttp static, its own process).",
             "",
             table(
-                ["configuration", "seconds", "GB/s", "MiB served", "requests", "peak RSS MiB (per process)"],
+                [
+                    "configuration",
+                    "seconds",
+                    "GB/s",
+                    "MiB served",
+                    "requests",
+                    "peak RSS MiB (per process)",
+                ],
                 rows,
             ),
             "",

@@ -5,6 +5,7 @@ from __future__ import annotations
 from .checksum import verify_checksum, verify_checksum_async
 from .dtypes import DTYPES, DType
 from .errors import (
+    AmbiguousModelError,
     BadResponseError,
     ChecksumMismatchError,
     ConfigWarning,
@@ -38,6 +39,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "DTYPES",
+    "AmbiguousModelError",
     "AsyncModel",
     "AsyncTensorFile",
     "AsyncTensorSlice",

@@ -18,8 +18,9 @@ from typing import Any
 import numpy as np
 
 from .demo import CountingServer, write_safetensors, write_sample_checkpoint
-from .display import human_bytes, human_count, plain_table
+from .display import human_bytes, human_count, plain_table, shown_metadata
 from .errors import RemoteTensorsError
+from .formats.gguf import describe_lines
 from .options import ReadOptions
 from .reports import memory_report, memory_text, params_report, params_text
 from .sync import Model, open_model
@@ -47,7 +48,7 @@ def main_exit() -> None:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="remotetensors",
-        description="Read safetensors and bintensors files where they live.",
+        description="Read safetensors, bintensors and GGUF files where they live.",
     )
     commands = parser.add_subparsers(required=True, metavar="COMMAND")
 
@@ -68,6 +69,9 @@ def _parser() -> argparse.ArgumentParser:
             help="fsspec storage option (repeatable), e.g. --option endpoint_url=http://...",
         )
         sub.add_argument("--concurrency", type=int, default=None, help="requests in flight")
+        sub.add_argument(
+            "--file", help="a file in the folder or repo (e.g. one of several GGUF files)"
+        )
         if json_flag:
             sub.add_argument("--json", action="store_true", help="print JSON")
 
@@ -100,8 +104,11 @@ def _open(args: argparse.Namespace) -> Model:
             raise ValueError(f"--option wants KEY=VALUE, got {item!r}")
         storage[key] = value
     options = ReadOptions(max_concurrency=args.concurrency) if args.concurrency else None
+    location = args.location
+    if args.file:
+        location = f"{location.rstrip('/')}/{args.file.lstrip('/')}"
     return open_model(
-        args.location,
+        location,
         revision=args.revision,
         token=args.token,
         storage_options=storage or None,
@@ -155,7 +162,7 @@ def _info(args: argparse.Namespace) -> int:
                 "header_bytes": index.header_length,
                 "file_bytes": index.file_size,
                 "tensors": len(index),
-                "metadata": dict(index.metadata) if index.metadata is not None else None,
+                "metadata": shown_metadata(index.format, index.metadata, index.tensors),
             }
             for name, index in model.index.files.items()
         }
@@ -167,7 +174,9 @@ def _info(args: argparse.Namespace) -> int:
             "dtypes": dtypes,
             "parameters": model.num_parameters,
             "bytes": model.nbytes,
-            "metadata": dict(model.metadata) if model.metadata is not None else None,
+            "metadata": shown_metadata(
+                next(iter(files.values()))["format"], model.metadata, model.tensors
+            ),
             "unmapped": list(model.index.unmapped),
         }
     if args.json:
@@ -179,7 +188,9 @@ def _info(args: argparse.Namespace) -> int:
     print(f"  tensors:    {result['tensors']} ({', '.join(dtypes)})")
     print(f"  parameters: {human_count(model.num_parameters)} ({model.num_parameters:,})")
     print(f"  data:       {human_bytes(model.nbytes)}")
-    if result["metadata"]:
+    if "gguf" in formats and result["metadata"]:
+        print(describe_lines(result["metadata"], model.num_parameters, model.nbytes))
+    elif result["metadata"]:
         print(f"  metadata:   {json.dumps(result['metadata'])}")
     rows = [
         [name, str(len(index)), human_bytes(index.header_length), human_bytes(index.file_size)]

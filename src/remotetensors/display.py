@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from html import escape
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .index import TensorInfo
@@ -36,6 +36,20 @@ def plain_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
         "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows
     ]
     return "\n".join(lines)
+
+
+def shown_metadata(
+    file_format: str, metadata: Mapping[str, Any] | None, tensors: Mapping[str, TensorInfo]
+) -> dict[str, Any] | None:
+    """Metadata as ``info`` shows it: as is, except GGUF's, which is summarised (architecture,
+    context length, quantization, tokenizer size; arrays by their length, not their contents)."""
+    if metadata is None:
+        return None
+    if file_format == "gguf":
+        from .formats.gguf import describe
+
+        return describe(metadata, tensors)
+    return dict(metadata)
 
 
 # --- HTML for notebooks ------------------------------------------------------------------------

@@ -28,7 +28,9 @@ from .errors import (
     TensorNotFoundError,
 )
 from .fetch import gather_or_cancel
+from .formats.gguf import split_names
 from .formats.index_json import ShardIndex, parse_index
+from .gguf_reading import find_gguf, join_parts, open_parts
 from .index import FileIndex, ModelIndex, TensorInfo
 from .memory import MemoryEstimate, estimate_memory
 from .opening import Opening
@@ -364,8 +366,9 @@ async def load_model(
 
     Args:
         location: ``hf://org/name[@rev][/path]``, ``s3://bucket/prefix/`` (any fsspec URL),
-            ``https://host/dir/``, a local folder, or a file in any of them (a ``.safetensors``
-            or ``.bt`` file, or an ``*.index.json``).
+            ``https://host/dir/``, a local folder, or a file in any of them (a ``.safetensors``,
+            ``.bt`` or ``.gguf`` file, a part of a split GGUF, or an ``*.index.json``). A folder
+            or repo without a safetensors model opens its GGUF model if it holds exactly one.
         revision: the hub revision (overrides ``@rev``).
         token: the hub token (see :func:`remotetensors.sources.hub.resolve_token`).
         storage_options: passed to fsspec untouched.
@@ -374,7 +377,9 @@ async def load_model(
         framework: ``"numpy"`` or ``"pt"``.
 
     Raises:
-        NotFoundError: neither ``model.safetensors`` nor its index exists at a folder.
+        NotFoundError: neither ``model.safetensors`` nor its index exists at a folder, nor a
+            GGUF file.
+        AmbiguousModelError: no safetensors model, and several GGUF models (named).
         HeaderError: an index or header is malformed, or a tensor of the weight map is missing
             from its shard.
     """
@@ -397,6 +402,8 @@ async def load_model(
             if name is not None and name.endswith(".json"):
                 shard_index = await _read_index(place, name)
                 model = await _open_sharded(text, place, shard_index, options, framework)
+            elif name is not None and (parts := split_names(name)) is not None:
+                model = await _open_gguf(text, place, parts, options, framework)
             elif name is not None:
                 file = await AsyncTensorFile.open(
                     place.open(name), options=options, framework=framework
@@ -450,11 +457,29 @@ async def _discover(
     if single_error is None:
         return _single(location, SINGLE_FILE, single_task.result())
     if isinstance(single_error, NotFoundError) and isinstance(index_error, NotFoundError):
+        gguf_files = await find_gguf(location, place)
+        if gguf_files is not None:
+            return await _open_gguf(location, place, gguf_files, options, framework)
         raise NotFoundError(
             f"{location}: no model here: neither {place.location(SINGLE_FILE)} nor "
             f"{place.location(INDEX_FILE)} exists; name another file or index explicitly"
         )
     raise single_error if not isinstance(single_error, NotFoundError) else index_error
+
+
+async def _open_gguf(
+    location: str, place: Place, names: list[str], options: ReadOptions, framework: str
+) -> AsyncModel:
+    """A GGUF model: one file, or the parts of a split one opened concurrently as shards."""
+    files = await open_parts(place, names, options, framework)
+    if len(files) == 1:
+        return _single(location, names[0], files[names[0]])
+    try:
+        index = join_parts(files)
+    except BaseException:
+        await asyncio.gather(*(f.aclose() for f in files.values()))
+        raise
+    return AsyncModel(location, files, index)
 
 
 async def _read_index(place: Place, name: str) -> ShardIndex:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from .display import human_bytes, human_count
+from .index import bits_per_weight
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -70,7 +71,8 @@ def params_report(model: Model) -> dict[str, Any]:
     ``method``, ``bits``, ``group_size``, …), ``declared_parameters``, ``stored_parameters``,
     ``parameters_by_dtype`` (true counts by stored dtype), ``unpacked_tensors``,
     ``auxiliary_tensors``; and, as before, ``total`` and ``by_dtype`` (elements as stored, the
-    hub's count), ``bytes`` and ``files``.
+    hub's count), ``bytes``, ``files`` and ``bits_per_weight`` (bits of storage per stored
+    element, per dtype).
     """
     count = model.true_count
     stored = model.parameter_count()
@@ -87,6 +89,7 @@ def params_report(model: Model) -> dict[str, Any]:
         "by_dtype": stored,
         "bytes": model.nbytes,
         "files": len(model.files),
+        "bits_per_weight": bits_per_weight(model.tensors.values()),
     }
 
 
@@ -111,8 +114,12 @@ def params_text(report: dict[str, Any]) -> tuple[list[str], list[str], list[list
     stored = report["stored_parameters"]
     if quantization is not None or stored != total:
         lines.append(f"stored: {human_count(stored)} elements ({stored:,}) by dtype:")
-    rows = [[dtype, f"{n:,}", human_count(n)] for dtype, n in report["by_dtype"].items()]
-    return lines, ["dtype", "parameters", "human"], rows
+    bits = report["bits_per_weight"]
+    rows = [
+        [dtype, f"{n:,}", human_count(n), f"{bits[dtype]:.2f}" if dtype in bits else ""]
+        for dtype, n in report["by_dtype"].items()
+    ]
+    return lines, ["dtype", "parameters", "human", "bits/weight"], rows
 
 
 def memory_report(

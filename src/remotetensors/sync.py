@@ -165,8 +165,8 @@ class safe_open:  # safetensors' name for it, so that one import changes
         """Tensor names in data order."""
         return self._file.offset_keys()
 
-    def metadata(self) -> dict[str, str] | None:
-        """The header's ``__metadata__``, or None."""
+    def metadata(self) -> dict[str, Any] | None:
+        """The header's ``__metadata__``, or None; a GGUF file's typed key/value metadata."""
         return self._file.metadata()
 
     def get_tensor(self, name: str) -> Any:

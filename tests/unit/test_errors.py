@@ -96,6 +96,7 @@ PUBLIC_NAMES = {
     "MemoryEstimate",
     "ParameterCount",
     "Quantization",
+    "AmbiguousModelError",
 }
 
 
