@@ -72,7 +72,7 @@ def params_report(model: Model) -> dict[str, Any]:
     ``parameters_by_dtype`` (true counts by stored dtype), ``unpacked_tensors``,
     ``auxiliary_tensors``; and, as before, ``total`` and ``by_dtype`` (elements as stored, the
     hub's count), ``bytes``, ``files`` and ``bits_per_weight`` (bits of storage per stored
-    element, per dtype).
+    element, per dtype); ``bits_per_parameter`` is the data's bits per true parameter.
     """
     count = model.true_count
     stored = model.parameter_count()
@@ -90,6 +90,7 @@ def params_report(model: Model) -> dict[str, Any]:
         "bytes": model.nbytes,
         "files": len(model.files),
         "bits_per_weight": bits_per_weight(model.tensors.values()),
+        "bits_per_parameter": model.nbytes * 8 / count.total if count.total else None,
     }
 
 
@@ -97,10 +98,13 @@ def params_text(report: dict[str, Any]) -> tuple[list[str], list[str], list[list
     """(lines, table headers, table rows) for the human form of :func:`params_report`."""
     total = report["parameters"]
     bound = "" if report["exact"] else " at most"
-    lines = [
+    first = (
         f"{human_count(total)} parameters{bound} ({total:,}), "
         f"{human_bytes(report['bytes'])} in {report['files']} file(s)"
-    ]
+    )
+    if report["quantization"] is not None and report["bits_per_parameter"]:
+        first += f", {report['bits_per_parameter']:.2f} bits per parameter"
+    lines = [first]
     quantization = report["quantization"]
     if quantization is not None:
         lines.append(

@@ -43,6 +43,7 @@ def test_params_human_and_json(faulty: FaultyServer, capsys: pytest.CaptureFixtu
         "bytes": sum(t.nbytes for t in tensors.values()),
         "files": 3,
         "bits_per_weight": {"BF16": 16.0, "F16": 16.0, "F32": 32.0},
+        "bits_per_parameter": sum(t.nbytes for t in tensors.values()) * 8 / total,
     }
     status, out, _ = run(capsys, "params", base)
     assert status == 0

@@ -39,9 +39,11 @@ def test_params_shows_the_true_total_first(
     assert data["total"] == data["stored_parameters"] == stored < oracle
     assert sum(data["parameters_by_dtype"].values()) == oracle
     assert data["bytes"] == sum(a.nbytes for a in q.arrays(spec).values())
+    assert data["bits_per_parameter"] == data["bytes"] * 8 / oracle
     status, out, _ = run(capsys, "params", base)
     lines = out.splitlines()
     assert lines[0].startswith(f"{oracle / 1000:.1f}K parameters ({oracle:,})")
+    assert lines[0].endswith(f"{data['bits_per_parameter']:.2f} bits per parameter")
     assert lines[1].startswith("quantized: gptq, 4-bit, group size 128")
     assert f"stored: {stored / 1000:.1f}K elements ({stored:,})" in out
     assert "I32" in out
