@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     import numpy.typing as npt
 
     from .index import FileIndex, ModelIndex, TensorInfo
+    from .configs import ConfigFiles
     from .memory import MemoryEstimate
     from .quantization import LogicalTensor, ParameterCount, Quantization
     from .reader import AsyncTensorSlice
@@ -267,6 +268,12 @@ class Model:
     def config(self) -> dict[str, Any] | None:
         """``config.json`` beside the weights, parsed; ``None`` when absent or unusable."""
         return self._model.config
+
+    @property
+    def configs(self) -> ConfigFiles:
+        """``config.json`` and ``quantization_config.json`` as found, with their locations and
+        any problem reading them."""
+        return self._model.configs
 
     @property
     def quantization(self) -> Quantization | None:
