@@ -26,8 +26,8 @@ if TYPE_CHECKING:
     import numpy as np
     import numpy.typing as npt
 
-    from .index import FileIndex, ModelIndex, TensorInfo
     from .configs import ConfigFiles
+    from .index import FileIndex, ModelIndex, TensorInfo
     from .memory import MemoryEstimate
     from .quantization import LogicalTensor, ParameterCount, Quantization
     from .reader import AsyncTensorSlice
