@@ -8,6 +8,7 @@ from .errors import (
     AmbiguousModelError,
     BadResponseError,
     ChecksumMismatchError,
+    ConfigWarning,
     FileClosedError,
     FrameworkError,
     HeaderError,
@@ -25,8 +26,10 @@ from .errors import (
     UnsupportedDtypeError,
 )
 from .index import FileIndex, ModelIndex, TensorInfo, parameter_count
+from .memory import MemoryEstimate
 from .model import AsyncModel, open_model_async
 from .options import ReadOptions
+from .quantization import LogicalTensor, ParameterCount, Quantization
 from .ranges import ByteRange
 from .reader import AsyncTensorFile, AsyncTensorSlice
 from .sources.http import HttpOptions
@@ -43,6 +46,7 @@ __all__ = [
     "BadResponseError",
     "ByteRange",
     "ChecksumMismatchError",
+    "ConfigWarning",
     "DType",
     "FileClosedError",
     "FileIndex",
@@ -50,11 +54,15 @@ __all__ = [
     "HeaderError",
     "HeaderErrorKind",
     "HttpOptions",
+    "LogicalTensor",
+    "MemoryEstimate",
     "MissingDependencyError",
     "Model",
     "ModelIndex",
     "NotFoundError",
+    "ParameterCount",
     "PermissionDeniedError",
+    "Quantization",
     "RangeNotSupportedError",
     "ReadOptions",
     "RemoteFileChangedError",

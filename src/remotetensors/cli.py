@@ -1,7 +1,8 @@
-"""The command line: ``remotetensors params|info|ls|get|demo`` (also ``python -m remotetensors``).
+"""The command line: ``remotetensors params|memory|info|ls|get|demo``.
 
-Every library error becomes one line on stderr and exit status 1; Ctrl-C exits with 130.
-Tables use rich in a terminal and plain columns when piped; ``--json`` prints data as JSON.
+Also ``python -m remotetensors``. Every library error becomes one line on stderr and exit
+status 1; Ctrl-C exits with 130. Tables use rich in a terminal and plain columns when piped;
+``--json`` prints data as JSON.
 """
 
 from __future__ import annotations
@@ -20,8 +21,8 @@ from .demo import CountingServer, write_safetensors, write_sample_checkpoint
 from .display import human_bytes, human_count, plain_table, shown_metadata
 from .errors import RemoteTensorsError
 from .formats.gguf import describe_lines
-from .index import bits_per_weight
 from .options import ReadOptions
+from .reports import memory_report, memory_text, params_report, params_text
 from .sync import Model, open_model
 
 
@@ -74,7 +75,14 @@ def _parser() -> argparse.ArgumentParser:
         if json_flag:
             sub.add_argument("--json", action="store_true", help="print JSON")
 
-    location_options(command("params", "Count parameters by dtype.", _params))
+    location_options(
+        command("params", "Count parameters: the true total, then by dtype as stored.", _params)
+    )
+    memory = command("memory", "Memory to serve: weights as stored plus the KV cache.", _memory)
+    location_options(memory)
+    memory.add_argument("--context", type=int, default=None, help="tokens per sequence")
+    memory.add_argument("--batch", type=int, default=1, help="sequences at once (default 1)")
+    memory.add_argument("--kv-dtype", default=None, help="KV cache dtype: bf16, f16, fp8, ...")
     location_options(command("info", "Show format, metadata, files and sizes.", _info))
     ls = command("ls", "List tensors: name, dtype, shape, size, file.", _ls)
     location_options(ls)
@@ -127,16 +135,22 @@ def _print_table(headers: list[str], rows: list[list[str]], title: str | None = 
 
 def _params(args: argparse.Namespace) -> int:
     with _open(args) as model:
-        counts = model.parameter_count()
-        bits = bits_per_weight(model.tensors.values())
-        total, nbytes, files = model.num_parameters, model.nbytes, len(model.files)
+        report = params_report(model)
     if args.json:
-        result = {"total": total, "by_dtype": counts, "bytes": nbytes, "files": files}
-        print(json.dumps({**result, "bits_per_weight": bits}))
+        print(json.dumps(report))
         return 0
-    print(f"{human_count(total)} parameters ({total:,}), {human_bytes(nbytes)} in {files} file(s)")
-    rows = [[dtype, f"{n:,}", human_count(n), f"{bits[dtype]:.2f}"] for dtype, n in counts.items()]
-    _print_table(["dtype", "parameters", "human", "bits/weight"], rows)
+    lines, headers, rows = params_text(report)
+    print("\n".join(lines))
+    _print_table(headers, rows)
+    return 0
+
+
+def _memory(args: argparse.Namespace) -> int:
+    with _open(args) as model:
+        report = memory_report(
+            model, context=args.context, batch=args.batch, kv_dtype=args.kv_dtype
+        )
+    print(json.dumps(report) if args.json else "\n".join(memory_text(report)))
     return 0
 
 

@@ -71,8 +71,20 @@ def module_of(name: str) -> str:
     return ".".join(parts[:-1]) or name
 
 
-def html_view(title: str, tensors: Iterable[TensorInfo], *, show_files: bool = False) -> str:
-    """An HTML summary: totals by dtype, then tensors grouped by module in collapsible sections."""
+def html_view(
+    title: str,
+    tensors: Iterable[TensorInfo],
+    *,
+    show_files: bool = False,
+    summary: Sequence[str] = (),
+    counted_as: str = "parameters",
+) -> str:
+    """An HTML summary: totals by dtype, then tensors grouped by module in collapsible sections.
+
+    ``summary`` lines (plain text) go first, under the title; ``counted_as`` names what the
+    element counts are (``"elements as stored"`` for a quantized model, whose true count is in
+    the summary).
+    """
     infos = list(tensors)
     groups: dict[str, list[TensorInfo]] = {}
     for info in infos:
@@ -84,8 +96,9 @@ def html_view(title: str, tensors: Iterable[TensorInfo], *, show_files: bool = F
     nbytes = sum(i.nbytes for i in infos)
     parts = [
         "<div class='remotetensors'>",
-        f"<b>{escape(title)}</b>: {len(infos):,} tensors, {human_count(total)} parameters "
+        f"<b>{escape(title)}</b>: {len(infos):,} tensors, {human_count(total)} {counted_as} "
         f"({total:,}), {human_bytes(nbytes)}",
+        *(f"<br>{escape(line)}" for line in summary),
         "<br>by dtype: "
         + ", ".join(f"{escape(d)} {human_count(n)}" for d, n in sorted(counts.items())),
     ]

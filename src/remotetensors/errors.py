@@ -141,3 +141,9 @@ class ChecksumMismatchError(RemoteTensorsError, ValueError):
 
 class RemoteFileChangedError(RemoteTensorsError, OSError):
     """The file changed between two requests (its validator, e.g. the ETag, no longer matches)."""
+
+
+class ConfigWarning(RemoteTensorsError, UserWarning):
+    """A warning, not an error: a config that cannot be used as it is (not JSON, an unknown
+    quantization method, one that contradicts the tensors). The model still opens and is
+    counted from its tensors; the message names the file."""

@@ -91,6 +91,11 @@ PUBLIC_NAMES = {
     "ModelIndex",
     "open_model",
     "open_model_async",
+    "ConfigWarning",
+    "LogicalTensor",
+    "MemoryEstimate",
+    "ParameterCount",
+    "Quantization",
     "AmbiguousModelError",
 }
 
