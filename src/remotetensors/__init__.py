@@ -5,12 +5,15 @@ from __future__ import annotations
 from .checksum import verify_checksum, verify_checksum_async
 from .dtypes import DTYPES, DType
 from .errors import (
+    AmbiguousModelError,
     BadResponseError,
     ChecksumMismatchError,
+    ConfigWarning,
     FileClosedError,
     FrameworkError,
     HeaderError,
     HeaderErrorKind,
+    MissingDependencyError,
     NotFoundError,
     PermissionDeniedError,
     RangeNotSupportedError,
@@ -23,8 +26,10 @@ from .errors import (
     UnsupportedDtypeError,
 )
 from .index import FileIndex, ModelIndex, TensorInfo, parameter_count
+from .memory import MemoryEstimate
 from .model import AsyncModel, open_model_async
 from .options import ReadOptions
+from .quantization import LogicalTensor, ParameterCount, Quantization
 from .ranges import ByteRange
 from .reader import AsyncTensorFile, AsyncTensorSlice
 from .sources.http import HttpOptions
@@ -34,12 +39,14 @@ __version__ = "0.1.0"
 
 __all__ = [
     "DTYPES",
+    "AmbiguousModelError",
     "AsyncModel",
     "AsyncTensorFile",
     "AsyncTensorSlice",
     "BadResponseError",
     "ByteRange",
     "ChecksumMismatchError",
+    "ConfigWarning",
     "DType",
     "FileClosedError",
     "FileIndex",
@@ -47,10 +54,15 @@ __all__ = [
     "HeaderError",
     "HeaderErrorKind",
     "HttpOptions",
+    "LogicalTensor",
+    "MemoryEstimate",
+    "MissingDependencyError",
     "Model",
     "ModelIndex",
     "NotFoundError",
+    "ParameterCount",
     "PermissionDeniedError",
+    "Quantization",
     "RangeNotSupportedError",
     "ReadOptions",
     "RemoteFileChangedError",

@@ -62,6 +62,7 @@ PUBLIC_NAMES = {
     "FrameworkError",
     "HeaderError",
     "HeaderErrorKind",
+    "MissingDependencyError",
     "NotFoundError",
     "PermissionDeniedError",
     "RangeNotSupportedError",
@@ -90,6 +91,12 @@ PUBLIC_NAMES = {
     "ModelIndex",
     "open_model",
     "open_model_async",
+    "ConfigWarning",
+    "LogicalTensor",
+    "MemoryEstimate",
+    "ParameterCount",
+    "Quantization",
+    "AmbiguousModelError",
 }
 
 

@@ -53,6 +53,7 @@ from ..ranges import ByteRange
 from ..redact import redact_url
 from .base import ByteSource, Prefix
 from .rawhttp import Meter, RawConnectionError, RawProtocolError, RawRangeClient, RawTimeoutError
+from .recipe import SourceRecipe
 from .tls import shared_ssl_context
 
 if TYPE_CHECKING:
@@ -167,6 +168,7 @@ class HttpSource(ByteSource):
         client: httpx.AsyncClient | None = None,
         options: HttpOptions | None = None,
     ) -> None:
+        self._given_url = url  # with its userinfo: what another process must open again
         self._url, self._basic_auth = _split_userinfo(url)
         self._shown = redact_url(url)
         self._options = options or HttpOptions()
@@ -219,6 +221,15 @@ class HttpSource(ByteSource):
 
     # --- the ByteSource contract --------------------------------------------------------------
 
+    def recipe(self) -> SourceRecipe:
+        return self._recipe_for(self._given_url)
+
+    def _recipe_for(self, url: str) -> SourceRecipe:
+        if self._size is None:
+            raise RuntimeError("open_prefix must be called before recipe")
+        validator = self._validator()
+        return SourceRecipe("http", url, self.location, self._size, validator, self._options)
+
     async def open_prefix(self, length: int) -> Prefix:
         if length <= 0:
             raise ValueError(f"the prefix length must be positive, got {length}")
@@ -226,7 +237,7 @@ class HttpSource(ByteSource):
         received = await self._fetch(0, length, memoryview(buffer), first=True)
         del buffer[received:]
         assert self._size is not None
-        return Prefix(bytes(buffer), self._size, self._etag)
+        return Prefix(bytes(buffer), self._size, self._validator())
 
     async def read_into(self, start: int, buffer: memoryview) -> None:
         end = start + len(buffer)
@@ -534,6 +545,10 @@ class HttpSource(ByteSource):
                 f"{self._shown}: the server sent a {encoding}-encoded body although "
                 "'Accept-Encoding: identity' was asked; its byte offsets cannot be trusted"
             )
+
+    def _validator(self) -> str | None:
+        """What identifies the version opened: the ETag, else ``Last-Modified``."""
+        return self._etag if self._etag is not None else self._last_modified
 
     def _remember_validators(self, headers: httpx.Headers) -> None:
         etag = headers.get("ETag")
