@@ -120,7 +120,19 @@ class TransportError(RemoteTensorsError, OSError):
 
 
 class RequestTimeoutError(TransportError, TimeoutError):
-    """A request took longer than the configured timeout, on every attempt."""
+    """A request took longer than a configured bound.
+
+    Attributes:
+        bound: the :class:`~remotetensors.HttpOptions` field that tripped:
+            ``"read_timeout_seconds"`` (no bytes for that long, on every attempt),
+            ``"min_bytes_per_second"`` (too slow over a whole window) or
+            ``"request_deadline_seconds"`` (the whole read took too long); ``None`` when
+            raised by another source.
+    """
+
+    def __init__(self, message: str, *, bound: str | None = None) -> None:
+        super().__init__(message)
+        self.bound = bound
 
 
 class BadResponseError(RemoteTensorsError, OSError):

@@ -45,6 +45,7 @@ from .quantization import (
     stored_shape_tensors,
 )
 from .reader import AsyncTensorFile
+from .redact import redact_url
 from .sources.http import HttpOptions
 from .sources.resolve import Place, split_location
 
@@ -84,7 +85,7 @@ class AsyncModel:
         client: httpx.AsyncClient | None = None,
         configs: ConfigFiles | None = None,
     ) -> None:
-        self.location = location
+        self.location = redact_url(location)  # named in messages and views: no secrets
         self._files = dict(files)
         self.index = index
         self._client = client  # shared by the files' HTTP sources; closed with the model
@@ -461,8 +462,10 @@ async def _discover(
         if gguf_files is not None:
             return await _open_gguf(location, place, gguf_files, options, framework)
         raise NotFoundError(
-            f"{location}: no model here: neither {place.location(SINGLE_FILE)} nor "
-            f"{place.location(INDEX_FILE)} exists; name another file or index explicitly"
+            f"{redact_url(location)}: no model here: neither "
+            f"{redact_url(place.location(SINGLE_FILE))} nor "
+            f"{redact_url(place.location(INDEX_FILE))} exists; name another file or index "
+            "explicitly"
         )
     raise single_error if not isinstance(single_error, NotFoundError) else index_error
 
@@ -492,7 +495,7 @@ async def _read_index(place: Place, name: str) -> ShardIndex:
             data += await source.read(len(data), prefix.size)
     finally:
         await source.aclose()
-    return parse_index(data, location=place.location(name))
+    return parse_index(data, location=redact_url(place.location(name)))
 
 
 async def _open_sharded(
@@ -536,7 +539,7 @@ async def _open_sharded(
                 HeaderErrorKind.INVALID_TENSOR_INFO,
                 f"the weight map puts tensor `{tensor}` in {file}, but that file has no such "
                 "tensor",
-                location=place.location(INDEX_FILE),
+                location=redact_url(place.location(INDEX_FILE)),
             )
         tensors[tensor] = replace(info, file=file)
     unmapped = tuple(
