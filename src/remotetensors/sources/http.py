@@ -40,6 +40,7 @@ from ..errors import (
     TransportError,
 )
 from ..ranges import ByteRange
+from ..status import Retrying, retrying
 from .base import ByteSource, Prefix
 from .rawhttp import RawConnectionError, RawRangeClient, RawTimeoutError
 from .tls import shared_ssl_context
@@ -245,7 +246,9 @@ class HttpSource(ByteSource):
             attempt += 1
             if attempt >= self._options.max_attempts:
                 raise self._give_up(failure, attempt) from None
-            await asyncio.sleep(self._wait_seconds(attempt, failure))
+            wait = self._wait_seconds(attempt, failure)
+            retrying(Retrying(self._url, attempt, self._options.max_attempts, failure.reason, wait))
+            await asyncio.sleep(wait)
 
     def _wait_seconds(self, attempt: int, failure: _Retry) -> float:
         if failure.wait_seconds is not None:
@@ -462,6 +465,11 @@ class HttpSource(ByteSource):
         """A 200 to a ranged GET: the server ignored Range. Never read a large body."""
         self._check_identity(response.headers)
         declared = response.headers.get("Content-Length")
+        if first and start == 0 and declared == "0":
+            # An empty file: some servers (nginx) answer 200 with no body instead of 416.
+            self._size = 0
+            self._etag = response.headers.get("ETag")
+            return 0
         limit = self._options.accept_whole_body_below_bytes
         if not (first and declared is not None and declared.isdigit() and int(declared) < limit):
             # Leaving the stream unread closes the connection: nothing more is downloaded.
@@ -480,7 +488,8 @@ class HttpSource(ByteSource):
             f"{self._url}: the server ignored the Range header (HTTP 200 with the whole file"
             f"{', ' + declared + ' bytes' if declared else ''}) when asked for bytes "
             f"{start}-{end - 1}; it cannot serve partial reads. Use a server or URL that "
-            "supports byte ranges, or set accept_whole_body_below_bytes for small files"
+            "supports byte ranges, or for small files opt in to whole bodies (HttpOptions("
+            "accept_whole_body_below_bytes=...), on the command line --accept-whole-body-below)"
         )
 
 

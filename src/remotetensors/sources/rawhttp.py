@@ -292,6 +292,11 @@ class RawRangeClient:
             if usable:
                 await self._wait(protocol, protocol.body_done)
         except BaseException:
+            # Nobody will wait for these any more: settle them now, so that closing the
+            # connection does not leave an exception in them that is never retrieved.
+            for future in (protocol.head_done, protocol.body_done):
+                if not future.done():
+                    future.cancel()
             protocol._close()
             raise
         if usable and protocol.keep_alive and not protocol.closed:
