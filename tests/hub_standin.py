@@ -77,7 +77,9 @@ class HubStandIn:
         entry = Entry("/" + tail, request.headers.get("Range"), 0, 0, dict(request.headers))
         self.log.entries.append(entry)
         # Legacy repos have one-word names (``gpt2``), and the hub still serves them.
-        match = re.fullmatch(r"(?:(datasets|spaces)/)?((?:[^/]+/)?[^/]+)/resolve/([^/]+)/(.+)", tail)
+        match = re.fullmatch(
+            r"(?:(datasets|spaces)/)?((?:[^/]+/)?[^/]+)/resolve/([^/]+)/(.+)", tail
+        )
         if match is None:
             entry.status = 404
             return web.Response(status=404, text="unknown route")

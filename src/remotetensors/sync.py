@@ -89,6 +89,7 @@ def _settle(task: asyncio.Task[T], future: concurrent.futures.Future[T]) -> None
     """Copy a finished task's outcome into the future the calling thread waits on."""
     if task.cancelled():
         future.cancel()
+        future.set_running_or_notify_cancel()  # wakes concurrent.futures.wait() too
     elif task.exception() is not None:
         future.set_exception(task.exception())
     else:

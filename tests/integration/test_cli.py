@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -89,7 +90,7 @@ def test_get_writes_npy_and_safetensors(
     [
         ("missing file", "no such file"),
         ("404", "not found"),
-        ("not safetensors", "header too large"),
+        ("not safetensors", "not a safetensors file"),
         ("unknown tensor", "does not contain tensor"),
         ("bad slice", "out of bounds"),
     ],
@@ -142,3 +143,6 @@ def test_demo_runs_offline_as_a_module() -> None:
     assert "$ remotetensors get" in out
     assert out.count("crossed the network") == 3
     assert "Traceback" not in result.stderr
+    # The folder the demo wrote to is gone when it ends: its path is never shown.
+    assert tempfile.gettempdir() not in out
+    assert "-> rows.npy" in out

@@ -32,6 +32,7 @@ from tests.hub_standin import HubStandIn
 from tests.reference import raw_file, write_reference
 from tests.servers import FaultyServer
 
+
 @dataclass
 class Result:
     status: int
@@ -260,7 +261,9 @@ def test_version(results: dict[str, Result]) -> None:
 
 
 def test_missing_s3fs_says_what_to_install(results: dict[str, Result]) -> None:
-    results["missing s3fs"].one_line_error("s3://bucket/x.safetensors", 'pip install "remotetensors[s3]"')
+    results["missing s3fs"].one_line_error(
+        "s3://bucket/x.safetensors", 'pip install "remotetensors[s3]"'
+    )
 
 
 def test_random_bytes_are_not_a_safetensors_file(results: dict[str, Result]) -> None:
@@ -341,7 +344,9 @@ def test_get_json_is_parseable(results: dict[str, Result]) -> None:
     assert np.array_equal(np.load(data["output"]), ROWS)
 
 
-@pytest.mark.parametrize(("case", "dtype", "values"), [("bf16", "BF16", BF16), ("f8", "F8_E4M3", F8), ("f4", "F4", F4)])
+@pytest.mark.parametrize(
+    ("case", "dtype", "values"), [("bf16", "BF16", BF16), ("f8", "F8_E4M3", F8), ("f4", "F4", F4)]
+)
 def test_low_precision_npy_is_exact_float32(
     results: dict[str, Result], case: str, dtype: str, values: np.ndarray[Any, Any]
 ) -> None:
@@ -366,7 +371,9 @@ def test_f4_safetensors_keeps_the_packed_bytes(results: dict[str, Result]) -> No
         with rt.safe_open(out / name) as f:
             assert f.index.tensors["f4"].dtype == "F4"
             assert f.get_tensor_bytes("f4").tobytes() == pack(expected, DTYPES["F4"]).tobytes()
-            assert np.array_equal(f.get_tensor("f4").astype(np.float32), expected.astype(np.float32))
+            assert np.array_equal(
+                f.get_tensor("f4").astype(np.float32), expected.astype(np.float32)
+            )
 
 
 def test_a_silent_server_fails_soon_with_the_cli_options(results: dict[str, Result]) -> None:
@@ -387,3 +394,172 @@ def test_header_reaches_the_server(results: dict[str, Result], server: FaultySer
     assert results["header"].status == 0, results["header"].err
     assert any(e.headers.get("X-Test") == "first contact" for e in server.log.entries)
     results["bad header"].one_line_error("--header", "'NAME: VALUE'")
+
+
+# --- S3 with an endpoint of its own ----------------------------------------------------------
+
+
+def test_s3_with_a_non_aws_endpoint_leaves_nothing_at_exit(
+    moto_endpoint: str, tmp_path: Path
+) -> None:
+    from tests.integration.test_models import put_s3
+
+    put_s3(moto_endpoint, "first-contact", {"m.safetensors": write_reference({"w": ROWS})})
+    env = {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }
+    endpoint = f"endpoint_url={moto_endpoint}"
+    target = tmp_path / "w.npy"
+    with ThreadPoolExecutor(2) as pool:
+        good = pool.submit(
+            cli,
+            "get",
+            "s3://first-contact/m.safetensors",
+            "w",
+            "-o",
+            str(target),
+            "--option",
+            endpoint,
+            env=env,
+        )
+        missing = pool.submit(
+            cli, "info", "s3://first-contact/absent.safetensors", "--option", endpoint, env=env
+        )
+        ok, absent = good.result(), missing.result()
+    assert ok.status == 0, ok.err
+    assert ok.err == ""  # nothing at exit either
+    assert np.array_equal(np.load(target), ROWS)
+    absent.one_line_error("s3://first-contact/absent.safetensors", "not found")
+
+
+# --- Ctrl-C ----------------------------------------------------------------------------------
+
+
+class TrickleServer:
+    """Serves one large file with byte ranges, slowly (64 KiB every 20 ms per request), so a
+    download is surely in flight when the test interrupts it."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data_requests = 0
+
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                first, _, last = self.headers["Range"].removeprefix("bytes=").partition("-")
+                start, end = int(first), min(int(last), len(data) - 1)
+                body = data[start : end + 1]
+                self.send_response(206)
+                self.send_header("Content-Range", f"bytes {start}-{end}/{len(data)}")
+                self.send_header("Content-Length", str(len(body)))
+                self.send_header("ETag", '"trickle"')
+                self.end_headers()
+                if start > 0:
+                    outer.data_requests += 1
+                try:
+                    for offset in range(0, len(body), 65536):
+                        self.wfile.write(body[offset : offset + 65536])
+                        if start > 0:
+                            time.sleep(0.02)
+                except OSError:
+                    pass
+
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._httpd.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self._httpd.server_address[1]}/big.safetensors"
+        threading.Thread(target=self._httpd.serve_forever, daemon=True).start()
+
+    def stop(self) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+
+
+@pytest.fixture(scope="module")
+def trickle() -> Iterator[TrickleServer]:
+    running = TrickleServer(write_reference({"big": np.zeros((2048, 4096), np.float32)}))
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+def interrupted(argv: list[str], trickle: TrickleServer) -> tuple[int, str]:
+    """Start ``argv``, press Ctrl-C once its data requests are under way; (status, stderr)."""
+    seen = trickle.data_requests
+    process = subprocess.Popen(
+        argv,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        # A shell may start jobs with SIGINT ignored; a user's terminal never does.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    deadline = time.monotonic() + 30
+    while trickle.data_requests < seen + 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.3)
+    process.send_signal(signal.SIGINT)
+    _, err = process.communicate(timeout=30)
+    return process.returncode, err
+
+
+def test_ctrl_c_is_one_line_and_130(trickle: TrickleServer, tmp_path: Path) -> None:
+    argv = [
+        sys.executable,
+        "-m",
+        "remotetensors",
+        "get",
+        trickle.url,
+        "big",
+        "-o",
+        str(tmp_path / "b.npy"),
+    ]
+    for _ in range(2):
+        status, err = interrupted(argv, trickle)
+        assert status == 130, err
+        assert err == "remotetensors: interrupted\n"
+
+
+def test_ctrl_c_in_the_python_api_leaves_no_unretrieved_futures(trickle: TrickleServer) -> None:
+    # The program goes on after the interrupt, as a notebook or a server would: whatever the
+    # cancelled work left behind is collected while it still runs.
+    script = (
+        "import gc, sys, time\n"
+        "import remotetensors as rt\n"
+        f"model = rt.open_model({trickle.url!r})\n"
+        "try:\n"
+        "    model.get_tensor('big')\n"
+        "except KeyboardInterrupt:\n"
+        "    print('caught', file=sys.stderr)\n"
+        "time.sleep(0.5)\n"
+        "gc.collect()\n"
+        "model.close()\n"
+    )
+    status, err = interrupted([sys.executable, "-c", script], trickle)
+    assert status == 0, err
+    assert err == "caught\n"
+    assert "never retrieved" not in err
+    assert "Task was destroyed" not in err
+
+
+# --- the Python API after close ----------------------------------------------------------------
+
+
+def test_a_closed_model_names_itself(urls: dict[str, str]) -> None:
+    import remotetensors as rt
+
+    model = rt.open_model(urls["model"])
+    model.close()
+    with pytest.raises(rt.FileClosedError, match="Model is closed") as caught:
+        model.get_tensor("rows")
+    assert urls["model"] in str(caught.value)
+    with pytest.raises(rt.FileClosedError):
+        model.get_slice("rows")
