@@ -14,6 +14,7 @@ import sys
 import termios
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 import pytest
@@ -108,7 +109,10 @@ def test_ls_never_cuts_names_in_80_columns(faulty: FaultyServer) -> None:
 
 
 def test_numbers_are_right_aligned(faulty: FaultyServer) -> None:
-    tensors = {"big": np.ones((1000, 100), np.float32), "small": np.ones(3, np.float16)}
+    tensors: dict[str, np.ndarray[Any, Any]] = {
+        "big": np.ones((1000, 100), np.float32),
+        "small": np.ones(3, np.float16),
+    }
     url = faulty.put("m.safetensors", write_reference(tensors))
     status, output = in_terminal("params", url)
     assert status == 0, output
