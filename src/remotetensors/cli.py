@@ -52,6 +52,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("remotetensors: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # The reader of stdout went away (``| head``): stop quietly, as other tools do, and
+        # keep Python from complaining when it flushes stdout at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
     except (RemoteTensorsError, ValueError, OSError) as exc:
         _error(str(exc))
         return 1

@@ -563,3 +563,20 @@ def test_a_closed_model_names_itself(urls: dict[str, str]) -> None:
     assert urls["model"] in str(caught.value)
     with pytest.raises(rt.FileClosedError):
         model.get_slice("rows")
+
+
+def test_a_closed_pipe_ends_quietly(server: FaultyServer) -> None:
+    many = {f"model.layers.{i}.weight": np.ones(2, np.float16) for i in range(20_000)}
+    url = server.put("many.safetensors", write_reference(many))
+    process = subprocess.Popen(
+        [sys.executable, "-m", "remotetensors", "ls", url],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert process.stdout is not None
+    assert process.stdout.readline().split() == [b"name", b"dtype", b"shape", b"size", b"file"]
+    process.stdout.close()  # as `| head -1` does
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == 141
+    assert err == b""
