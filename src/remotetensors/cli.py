@@ -255,13 +255,12 @@ def _get(args: argparse.Namespace) -> int:
     check_output(output)  # before the download, not after it
     index = parse_slice(args.slice_expr) if args.slice_expr else None
     with opened(args) as model:
+        view = model.get_slice(args.name)  # an unknown name fails here, with suggestions
+        info = model.tensors[args.name]
         if index is not None:
-            model.get_slice(args.name)  # a missing name fails here, with its own message
-            info = model.tensors[args.name]
-            array = model.get_slice(args.name)[resolve_negative(index, info.shape)]
+            array = view[resolve_negative(index, info.shape)]
         else:
             array = model.get_tensor(args.name)
-            info = model.tensors[args.name]
     note = save(output, args.name, array, info.dtype)
     if args.json:
         result = {

@@ -40,7 +40,7 @@ def add_location_options(sub: argparse.ArgumentParser, *, json_flag: bool = True
         default=[],
         metavar="KEY=VALUE",
         help="fsspec storage option (repeatable), e.g. --option endpoint_url=http://...; "
-        "values that read as JSON (true, 3, {...}) are passed as such",
+        "true, false, null and JSON objects ({...}) are passed as such, the rest as text",
     )
     sub.add_argument(
         "--header",
@@ -112,11 +112,21 @@ def _storage_options(items: list[str]) -> dict[str, Any]:
         key, sep, value = item.partition("=")
         if not sep or not key:
             raise UsageError(f"--option wants KEY=VALUE, got {item!r}")
-        try:
-            storage[key] = json.loads(value)
-        except ValueError:
-            storage[key] = value  # a plain string: endpoint_url=http://...
+        storage[key] = _option_value(value)
     return storage
+
+
+def _option_value(text: str) -> Any:
+    """``true``/``false``/``null`` and JSON objects and arrays as such, anything else as text.
+
+    Numbers stay text: an all-digit access key must not turn into an int.
+    """
+    if text in ("true", "false", "null") or text.lstrip().startswith(("{", "[")):
+        try:
+            return json.loads(text)
+        except ValueError:
+            raise UsageError(f"--option value {text!r} is not valid JSON") from None
+    return text
 
 
 def _headers(items: list[str]) -> dict[str, str]:

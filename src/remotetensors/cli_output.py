@@ -11,6 +11,7 @@ sub-byte ones packed as in the source.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -30,8 +31,8 @@ def check_output(path: Path) -> None:
     """Fail before any download when ``path`` cannot be written.
 
     Raises:
-        OutputError: the suffix is not .npy/.safetensors, or the folder does not exist or is
-            not a folder.
+        OutputError: the suffix is not .npy/.safetensors, the folder does not exist or cannot
+            be written to, or the path is a folder.
     """
     if path.suffix not in SUFFIXES:
         raise OutputError(f"--output must end in .npy or .safetensors, got {path.name!r}")
@@ -40,6 +41,8 @@ def check_output(path: Path) -> None:
         raise OutputError(f"cannot write {path}: the folder {folder} does not exist")
     if path.is_dir():
         raise OutputError(f"cannot write {path}: it is a folder")
+    if not os.access(folder, os.W_OK):
+        raise OutputError(f"cannot write {path}: no permission to write in {folder}")
 
 
 def save(path: Path, name: str, array: np.ndarray[Any, Any], dtype_name: str) -> str | None:
@@ -53,8 +56,7 @@ def save(path: Path, name: str, array: np.ndarray[Any, Any], dtype_name: str) ->
             np.save(path, array.astype(np.float32))
             return (
                 f"stored as float32: numpy cannot load {dtype_name} from .npy; every value is "
-                "exact (use .safetensors to keep "
-                f"{dtype_name})"
+                f"exact (use .safetensors to keep {dtype_name})"
             )
         np.save(path, array)
         return None
