@@ -146,3 +146,24 @@ def test_demo_runs_offline_as_a_module() -> None:
     # The folder the demo wrote to is gone when it ends: its path is never shown.
     assert tempfile.gettempdir() not in out
     assert "-> rows.npy" in out
+
+
+def test_an_unexpected_failure_is_one_line_unless_debugging(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import remotetensors.cli as cli
+
+    def broken(args: object) -> int:
+        raise RuntimeError("boom\nsecond line")
+
+    monkeypatch.setattr(cli, "_params", broken)
+    monkeypatch.delenv(cli.DEBUG_VARIABLE, raising=False)
+    status, out, err = run(capsys, "params", "anywhere")
+    assert status == 1
+    assert out == ""
+    assert err.count("\n") == 1
+    assert "RuntimeError: boom second line" in err
+    assert "REMOTETENSORS_DEBUG=1" in err
+    monkeypatch.setenv(cli.DEBUG_VARIABLE, "1")
+    with pytest.raises(RuntimeError, match="boom"):
+        main(["params", "anywhere"])

@@ -40,7 +40,7 @@ from ..errors import (
     TransportError,
 )
 from ..ranges import ByteRange
-from ..status import Retrying, retrying
+from ..status import Retrying, activity, retrying
 from .base import ByteSource, Prefix
 from .rawhttp import RawConnectionError, RawRangeClient, RawTimeoutError
 from .tls import shared_ssl_context
@@ -451,6 +451,7 @@ class HttpSource(ByteSource):
                     )
                 target[received : received + size] = chunk
                 received += size
+                activity()
         except (httpx.TransportError, httpx.TimeoutException) as exc:
             raise _Truncated(
                 received, f"body cut after {received} of {length} bytes ({type(exc).__name__})"

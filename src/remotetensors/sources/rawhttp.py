@@ -22,6 +22,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from ..status import activity
 from .tls import shared_ssl_context
 
 _MAX_HEAD_BYTES = 64 * 1024
@@ -98,6 +99,7 @@ class _Protocol(asyncio.BufferedProtocol):
 
     def buffer_updated(self, nbytes: int) -> None:
         self.progress += nbytes
+        activity()  # bytes are flowing: no "waiting" status while a long part downloads
         if self._mode == "body":
             self.received += nbytes
             self._finish_if_complete()
