@@ -83,12 +83,12 @@ class LocationError(RemoteTensorsError, ValueError):
     """A location that cannot be understood: a malformed ``hf://`` URL, an unknown protocol."""
 
 
-class MissingDependencyError(RemoteTensorsError, ImportError):
-    """A location needs an optional package that is not installed (s3fs for ``s3://``, ...)."""
-
-
 class FrameworkError(RemoteTensorsError, ValueError):
     """An unknown ``framework=`` value, or a framework that is not installed."""
+
+
+class MissingDependencyError(RemoteTensorsError, ImportError):
+    """An optional dependency is not installed; the message names the extra to install."""
 
 
 class NotFoundError(RemoteTensorsError, FileNotFoundError):

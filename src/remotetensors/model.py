@@ -12,7 +12,7 @@ import asyncio
 import fnmatch
 import os
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, overload
 
 import httpx
 
@@ -28,7 +28,7 @@ from .fetch import gather_or_cancel
 from .formats.index_json import ShardIndex, parse_index
 from .index import FileIndex, ModelIndex, TensorInfo
 from .opening import Opening
-from .options import ReadOptions
+from .options import DEFAULT_CHUNK_BYTES, ReadOptions
 from .progress import bar, wanted
 from .reader import AsyncTensorFile
 from .sources.http import HttpOptions
@@ -36,6 +36,8 @@ from .sources.resolve import Place, split_location
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
+
+    import dask.array as da
 
 SINGLE_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
@@ -174,6 +176,35 @@ class AsyncModel:
         file = self.tensors[name].file
         assert file is not None
         return self._files[file].get_slice(name)
+
+    # A str is also an Iterable[str]; the first overload wins for it, as in typeshed.
+    @overload
+    def to_dask(  # type: ignore[overload-overlap]
+        self, names: str, *, chunk_bytes: int = ...
+    ) -> da.Array | dict[str, da.Array]: ...
+    @overload
+    def to_dask(self, names: Iterable[str], *, chunk_bytes: int = ...) -> dict[str, da.Array]: ...
+    def to_dask(
+        self, names: str | Iterable[str], *, chunk_bytes: int = DEFAULT_CHUNK_BYTES
+    ) -> da.Array | dict[str, da.Array]:
+        """Lazy Dask arrays of tensors, read from their shards in chunks of about
+        ``chunk_bytes`` (see :meth:`AsyncTensorFile.to_dask`); no tensor data is read here.
+
+        Returns:
+            one array for one exact tensor name; name -> array for a glob or a list.
+
+        Raises:
+            TensorNotFoundError, MissingDependencyError.
+        """
+        wanted = self.select(names)
+        arrays = {}
+        for name in wanted:
+            file = self.tensors[name].file
+            assert file is not None
+            arrays[name] = self._files[file].to_dask(name, chunk_bytes=chunk_bytes)
+        if isinstance(names, str) and names in self.index.tensors:
+            return arrays[names]
+        return arrays
 
     async def aclose(self) -> None:
         """Release every file's connections; later reads raise FileClosedError."""

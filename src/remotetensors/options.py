@@ -13,6 +13,9 @@ DEFAULT_HEADER_WINDOW_BYTES = 64 * 1024
 DEFAULT_MAX_CONCURRENCY = 8
 """Requests in flight at once per file or model."""
 
+DEFAULT_CHUNK_BYTES = 64 * 1024 * 1024
+"""``to_dask``: target bytes of one Dask chunk (whole rows; one range read each)."""
+
 
 @dataclass(frozen=True, slots=True)
 class ReadOptions:

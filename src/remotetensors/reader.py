@@ -12,13 +12,14 @@ from .fetch import Target, fetch_into
 from .formats import parse_any_header
 from .formats.safetensors import PREFIX_BYTES, header_length
 from .frameworks import check_framework, convert
-from .options import ReadOptions
+from .options import DEFAULT_CHUNK_BYTES, ReadOptions
 from .ranges import ByteRange
 from .slicing import plan_slice
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
+    import dask.array as da
     import numpy.typing as npt
 
     from .index import FileIndex, TensorInfo
@@ -170,6 +171,19 @@ class AsyncTensorFile:
     def get_slice(self, name: str) -> AsyncTensorSlice:
         """A lazy view of tensor ``name``; index it and await the result to fetch only that."""
         return AsyncTensorSlice(self, self.info(name))
+
+    def to_dask(self, name: str, *, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> da.Array:
+        """Tensor ``name`` as a lazy Dask array whose chunks (about ``chunk_bytes`` of whole
+        rows each) are range reads; workers in other processes read this same file version.
+
+        Raises:
+            TensorNotFoundError: the file has no such tensor.
+            MissingDependencyError: dask is not installed (``pip install "remotetensors[dask]"``).
+        """
+        from .dask import tensor_to_dask
+
+        info = self.info(name)
+        return tensor_to_dask(self._source.recipe(), info, self._options, chunk_bytes=chunk_bytes)
 
     async def _read_slice(self, info: TensorInfo, index: Any) -> Any:
         self._check_open()

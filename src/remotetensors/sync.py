@@ -13,17 +13,18 @@ import concurrent.futures
 import contextlib
 import os
 import threading
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from .model import AsyncModel, load_model
 from .opening import Opening
-from .options import ReadOptions
+from .options import DEFAULT_CHUNK_BYTES, ReadOptions
 from .reader import AsyncTensorFile
 from .sources.resolve import open_source
 
 if TYPE_CHECKING:
     from collections.abc import Coroutine, Iterable, Mapping
 
+    import dask.array as da
     import numpy as np
     import numpy.typing as npt
 
@@ -212,6 +213,10 @@ class safe_open:  # safetensors' name for it, so that one import changes
         """A lazy view: ``f.get_slice("embed")[1000:2000]`` fetches only those rows."""
         return TensorSlice(self._file.get_slice(name))
 
+    def to_dask(self, name: str, *, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> da.Array:
+        """Tensor ``name`` as a lazy Dask array of range-read chunks (no IO until computed)."""
+        return self._file.to_dask(name, chunk_bytes=chunk_bytes)
+
     def close(self) -> None:
         """Release connections; later calls raise FileClosedError ("File is closed")."""
         run_sync(self._file.aclose())
@@ -311,6 +316,20 @@ class Model:
     def get_slice(self, name: str) -> TensorSlice:
         """A lazy view: ``m.get_slice("embed")[1000:2000]`` fetches only those rows."""
         return TensorSlice(self._model.get_slice(name))
+
+    # A str is also an Iterable[str]; the first overload wins for it, as in typeshed.
+    @overload
+    def to_dask(  # type: ignore[overload-overlap]
+        self, names: str, *, chunk_bytes: int = ...
+    ) -> da.Array | dict[str, da.Array]: ...
+    @overload
+    def to_dask(self, names: Iterable[str], *, chunk_bytes: int = ...) -> dict[str, da.Array]: ...
+    def to_dask(
+        self, names: str | Iterable[str], *, chunk_bytes: int = DEFAULT_CHUNK_BYTES
+    ) -> da.Array | dict[str, da.Array]:
+        """Lazy Dask arrays of range-read chunks: one for a tensor name, a dict for a glob or
+        a list (no IO until computed)."""
+        return self._model.to_dask(names, chunk_bytes=chunk_bytes)
 
     def close(self) -> None:
         """Release connections."""

@@ -64,6 +64,7 @@ PUBLIC_NAMES = {
     "FrameworkError",
     "HeaderError",
     "HeaderErrorKind",
+    "MissingDependencyError",
     "NotFoundError",
     "PermissionDeniedError",
     "RangeNotSupportedError",
@@ -93,7 +94,6 @@ PUBLIC_NAMES = {
     "open_model",
     "open_model_async",
     "LocationError",
-    "MissingDependencyError",
 }
 
 

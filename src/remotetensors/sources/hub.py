@@ -21,6 +21,7 @@ from urllib.parse import quote, unquote
 from ..errors import LocationError, NotFoundError, PermissionDeniedError
 from .base import Prefix
 from .http import HttpOptions, HttpSource
+from .recipe import SourceRecipe
 
 if TYPE_CHECKING:
     import httpx
@@ -217,6 +218,11 @@ class HubSource(HttpSource):
         if isinstance(error, NotFoundError):
             error.code = code
         return error
+
+    def recipe(self) -> SourceRecipe:
+        # The resolve URL at the pinned commit: a worker reads the same revision, and the
+        # token travels in the options' headers (sent to the hub only, never to the CDN).
+        return self._recipe_for(self._repo.url(self._path))
 
     async def open_prefix(self, length: int) -> Prefix:
         prefix = await super().open_prefix(length)
