@@ -80,7 +80,8 @@ def _error(message: str) -> None:
     print(f"remotetensors: error: {one_line}", file=sys.stderr)
 
 
-# Options whose values may start with '-' (``--slice -10:``); argparse would take them for options.
+# Options whose values may start with '-' and a digit (``--slice -10:``), which argparse would
+# otherwise take for an option.
 _DASH_VALUE_OPTIONS = ("--slice",)
 
 
@@ -90,7 +91,7 @@ def _join_dash_values(argv: list[str]) -> list[str]:
     for item in items:
         if item in _DASH_VALUE_OPTIONS:
             value = next(items, None)
-            if value is not None and value.startswith("-") and not value.startswith("--"):
+            if value is not None and value[:1] == "-" and value[1:2].isdigit():
                 joined.append(f"{item}={value}")
                 continue
             joined.append(item)
