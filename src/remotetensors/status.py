@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 
 log = logging.getLogger("remotetensors")
@@ -70,6 +71,32 @@ def activity() -> None:
 def seconds_since_activity() -> float:
     """Seconds since the last :func:`activity` (monotonic clock)."""
     return time.monotonic() - _last_activity
+
+
+BytesListener = Callable[[int], None]
+
+_bytes_listener: ContextVar[BytesListener | None] = ContextVar(
+    "remotetensors_bytes_listener", default=None
+)
+
+
+def bytes_listener() -> BytesListener | None:
+    """Who wants to hear of body bytes received by the current task (a progress bar), or None.
+
+    Sources ask in the task that reads (tasks inherit it from where they were created) and call
+    it with each piece's size as bytes arrive, so a bar moves during a long request.
+    """
+    return _bytes_listener.get()
+
+
+@contextmanager
+def counting_bytes(listener: BytesListener) -> Iterator[None]:
+    """Make ``listener`` the :func:`bytes_listener` of the current task while the block runs."""
+    token = _bytes_listener.set(listener)
+    try:
+        yield
+    finally:
+        _bytes_listener.reset(token)
 
 
 @contextmanager

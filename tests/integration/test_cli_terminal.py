@@ -14,6 +14,7 @@ import sys
 import termios
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -136,3 +137,17 @@ def test_a_silent_server_shows_a_status_line_then_one_error() -> None:
     assert final == [
         f"remotetensors: error: {url}: request timed out (ReadTimeout) (gave up after 2 attempts)"
     ]
+
+
+def test_a_slow_download_shows_a_moving_bar(tmp_path: Path) -> None:
+    from tests.integration.test_cli_first_contact import TrickleServer
+
+    # 8 MiB at about 3 MB/s: one request, a few seconds; the bar moves while it runs.
+    server = TrickleServer(write_reference({"big": np.zeros((2048, 1024), np.float32)}))
+    try:
+        status, output = in_terminal("get", server.url, "big", "-o", str(tmp_path / "big.npy"))
+    finally:
+        server.stop()
+    assert status == 0, output
+    shown = {int(p) for p in re.findall(r"big\.safetensors: +(\d+)%\|", output)}
+    assert len(shown - {0, 100}) >= 2, output  # several steps in between, not one jump

@@ -40,7 +40,7 @@ from ..errors import (
     TransportError,
 )
 from ..ranges import ByteRange
-from ..status import Retrying, activity, retrying
+from ..status import Retrying, activity, bytes_listener, retrying
 from .base import ByteSource, Prefix
 from .rawhttp import RawConnectionError, RawRangeClient, RawTimeoutError
 from .recipe import SourceRecipe
@@ -450,6 +450,7 @@ class HttpSource(ByteSource):
         """Stream exactly ``len(target)`` body bytes into ``target``."""
         length = len(target)
         received = 0
+        listener = bytes_listener()
         try:
             async for chunk in response.aiter_raw():
                 size = len(chunk)
@@ -461,6 +462,8 @@ class HttpSource(ByteSource):
                 target[received : received + size] = chunk
                 received += size
                 activity()
+                if listener is not None:
+                    listener(size)
         except (httpx.TransportError, httpx.TimeoutException) as exc:
             raise _Truncated(
                 received, f"body cut after {received} of {length} bytes ({type(exc).__name__})"
