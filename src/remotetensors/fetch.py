@@ -70,17 +70,21 @@ async def fetch_into(
         part_size_bytes=options.part_size_bytes,
     )
     limit = asyncio.Semaphore(options.max_concurrency)
+    enabled = wanted(options.progress)
     shown = bar(
         total=plan.fetched_bytes,
         unit="B",
         description=source.location.rsplit("/", 1)[-1],
-        enabled=wanted(options.progress),
+        enabled=enabled,
     )
 
     async def run(part: Part) -> None:
         counted = _PartBytes(shown, part.range.length)
         async with limit:
-            with counting_bytes(counted):
+            if enabled:  # per-read counting only when someone watches
+                with counting_bytes(counted):
+                    await _fetch_part(source, part, remaining)
+            else:
                 await _fetch_part(source, part, remaining)
         counted.finish()
 
