@@ -5,8 +5,10 @@ from __future__ import annotations
 from .checksum import verify_checksum, verify_checksum_async
 from .dtypes import DTYPES, DType
 from .errors import (
+    AmbiguousModelError,
     BadResponseError,
     ChecksumMismatchError,
+    ConfigWarning,
     FileClosedError,
     FrameworkError,
     HeaderError,
@@ -25,8 +27,10 @@ from .errors import (
     UnsupportedDtypeError,
 )
 from .index import FileIndex, ModelIndex, TensorInfo, parameter_count
+from .memory import MemoryEstimate
 from .model import AsyncModel, open_model_async
 from .options import ReadOptions
+from .quantization import LogicalTensor, ParameterCount, Quantization
 from .ranges import ByteRange
 from .reader import AsyncTensorFile, AsyncTensorSlice
 from .sources.http import HttpOptions
@@ -36,12 +40,14 @@ __version__ = "0.1.0"
 
 __all__ = [
     "DTYPES",
+    "AmbiguousModelError",
     "AsyncModel",
     "AsyncTensorFile",
     "AsyncTensorSlice",
     "BadResponseError",
     "ByteRange",
     "ChecksumMismatchError",
+    "ConfigWarning",
     "DType",
     "FileClosedError",
     "FileIndex",
@@ -50,11 +56,15 @@ __all__ = [
     "HeaderErrorKind",
     "HttpOptions",
     "LocationError",
+    "LogicalTensor",
+    "MemoryEstimate",
     "MissingDependencyError",
     "Model",
     "ModelIndex",
     "NotFoundError",
+    "ParameterCount",
     "PermissionDeniedError",
+    "Quantization",
     "RangeNotSupportedError",
     "ReadOptions",
     "RemoteFileChangedError",

@@ -1,9 +1,9 @@
-"""The command line: ``remotetensors params|info|ls|get|demo`` (also ``python -m remotetensors``).
+"""The command line: ``remotetensors params|memory|info|ls|get|demo``.
 
-Every failure is one line on stderr, ``remotetensors: error: ...``, and exit status 1 (2 for a
-malformed command line, as argparse does); Ctrl-C exits with 130 after one line. On a terminal a
-status line shows what is being waited for when nothing moves for a second or two. ``--json``
-prints data as JSON.
+Also ``python -m remotetensors``. Every failure is one line on stderr, ``remotetensors: error:
+...``, and exit status 1 (2 for a malformed command line, as argparse does); Ctrl-C exits with
+130 after one line. On a terminal a status line shows what is being waited for when nothing
+moves for a second or two. ``--json`` prints data as JSON.
 
 Adding a command: write its logic in a module of its own, then register it in :func:`_parser`
 with ``command(name, help, run)`` (and ``location_options(sub)`` when it reads a location);
@@ -31,8 +31,10 @@ from .cli_output import check_output, save
 from .cli_status import StatusLine
 from .cli_table import render
 from .demo import CountingServer, write_sample_checkpoint
-from .display import human_bytes, human_count
+from .display import human_bytes, human_count, shown_metadata
 from .errors import RemoteTensorsError
+from .formats.gguf import describe_lines
+from .reports import memory_report, memory_text, params_report, params_text
 from .sync import Model, open_model
 
 __all__ = ["main", "main_exit", "opened", "parse_slice"]
@@ -105,7 +107,7 @@ def _join_dash_values(argv: list[str]) -> list[str]:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="remotetensors",
-        description="Read safetensors and bintensors files where they live.",
+        description="Read safetensors, bintensors and GGUF files where they live.",
     )
     parser.add_argument("--version", action="version", version=f"remotetensors {__version__}")
     commands = parser.add_subparsers(required=True, metavar="COMMAND")
@@ -118,7 +120,14 @@ def _parser() -> argparse.ArgumentParser:
     def location_options(sub: argparse.ArgumentParser, *, json_flag: bool = True) -> None:
         add_location_options(sub, json_flag=json_flag)
 
-    location_options(command("params", "Count parameters by dtype.", _params))
+    location_options(
+        command("params", "Count parameters: the true total, then by dtype as stored.", _params)
+    )
+    memory = command("memory", "Memory to serve: weights as stored plus the KV cache.", _memory)
+    location_options(memory)
+    memory.add_argument("--context", type=int, default=None, help="tokens per sequence")
+    memory.add_argument("--batch", type=int, default=1, help="sequences at once (default 1)")
+    memory.add_argument("--kv-dtype", default=None, help="KV cache dtype: bf16, f16, fp8, ...")
     location_options(command("info", "Show format, metadata, files and sizes.", _info))
     ls = command("ls", "List tensors: name, dtype, shape, size, file.", _ls)
     location_options(ls)
@@ -146,8 +155,11 @@ def opened(args: argparse.Namespace) -> Iterator[Model]:
     """The model at ``args.location`` with the shared options, closed at the end; on a terminal
     a status line tells when nothing moves."""
     kwargs = open_options(args)
-    with StatusLine(args.location):
-        model = open_model(args.location, **kwargs)
+    location = args.location
+    if args.file:
+        location = f"{location.rstrip('/')}/{args.file.lstrip('/')}"
+    with StatusLine(location):
+        model = open_model(location, **kwargs)
         try:
             yield model
         finally:
@@ -167,14 +179,22 @@ def _print_table(
 
 def _params(args: argparse.Namespace) -> int:
     with opened(args) as model:
-        counts = model.parameter_count()
-        total, nbytes, files = model.num_parameters, model.nbytes, len(model.files)
+        report = params_report(model)
     if args.json:
-        print(json.dumps({"total": total, "by_dtype": counts, "bytes": nbytes, "files": files}))
+        print(json.dumps(report))
         return 0
-    print(f"{human_count(total)} parameters ({total:,}), {human_bytes(nbytes)} in {files} file(s)")
-    rows = [[dtype, f"{n:,}", human_count(n)] for dtype, n in counts.items()]
-    _print_table(["dtype", "parameters", "human"], rows, right=("parameters", "human"))
+    lines, headers, rows = params_text(report)
+    print("\n".join(lines))
+    _print_table(headers, rows, right=("parameters", "human", "bits/weight"))
+    return 0
+
+
+def _memory(args: argparse.Namespace) -> int:
+    with opened(args) as model:
+        report = memory_report(
+            model, context=args.context, batch=args.batch, kv_dtype=args.kv_dtype
+        )
+    print(json.dumps(report) if args.json else "\n".join(memory_text(report)))
     return 0
 
 
@@ -186,7 +206,7 @@ def _info(args: argparse.Namespace) -> int:
                 "header_bytes": index.header_length,
                 "file_bytes": index.file_size,
                 "tensors": len(index),
-                "metadata": dict(index.metadata) if index.metadata is not None else None,
+                "metadata": shown_metadata(index.format, index.metadata, index.tensors),
             }
             for name, index in model.index.files.items()
         }
@@ -198,7 +218,9 @@ def _info(args: argparse.Namespace) -> int:
             "dtypes": dtypes,
             "parameters": model.num_parameters,
             "bytes": model.nbytes,
-            "metadata": dict(model.metadata) if model.metadata is not None else None,
+            "metadata": shown_metadata(
+                next(iter(files.values()))["format"], model.metadata, model.tensors
+            ),
             "unmapped": list(model.index.unmapped),
         }
     if args.json:
@@ -210,7 +232,9 @@ def _info(args: argparse.Namespace) -> int:
     print(f"  tensors:    {result['tensors']} ({', '.join(dtypes)})")
     print(f"  parameters: {human_count(result['parameters'])} ({result['parameters']:,})")
     print(f"  data:       {human_bytes(result['bytes'])}")
-    if result["metadata"]:
+    if "gguf" in formats and result["metadata"]:
+        print(describe_lines(result["metadata"], result["parameters"], result["bytes"]))
+    elif result["metadata"]:
         print(f"  metadata:   {json.dumps(result['metadata'])}")
     rows = [
         [name, str(f["tensors"]), human_bytes(f["header_bytes"]), human_bytes(f["file_bytes"])]

@@ -50,6 +50,7 @@ def add_location_options(sub: argparse.ArgumentParser, *, json_flag: bool = True
         help="extra HTTP request header (repeatable), e.g. --header 'Authorization: Bearer ...'",
     )
     sub.add_argument("--concurrency", type=int, default=None, help="requests in flight (>= 1)")
+    sub.add_argument("--file", help="a file in the folder or repo (e.g. one of several GGUF files)")
     sub.add_argument(
         "--timeout",
         type=float,

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from .dtypes import DTYPES, pack
+from .dtypes import DTYPES, DType, pack
 from .errors import RemoteTensorsError
 
 SUFFIXES = (".npy", ".safetensors")
@@ -74,13 +74,13 @@ def write_safetensors(path: Path, tensors: dict[str, tuple[np.ndarray[Any, Any],
     blobs: list[bytes] = []
     offset = 0
     for name, (array, dtype_name) in tensors.items():
-        dt = DTYPES[dtype_name]
+        dt = DTYPES.get(dtype_name) or _dtype_of(array)
         if dt.packed:
             raw = pack(array.astype(dt.numpy), dt).tobytes()
         else:
             raw = np.ascontiguousarray(array, dtype=dt.numpy).tobytes()
         header[name] = {
-            "dtype": dtype_name,
+            "dtype": dt.name,
             "shape": list(array.shape),
             "data_offsets": [offset, offset + len(raw)],
         }
@@ -92,3 +92,16 @@ def write_safetensors(path: Path, tensors: dict[str, tuple[np.ndarray[Any, Any],
         out.write(len(text).to_bytes(8, "little") + text)
         for raw in blobs:
             out.write(raw)
+
+
+def _dtype_of(array: np.ndarray[Any, Any]) -> DType:
+    """The safetensors dtype of an array whose source dtype has no safetensors name (a GGUF
+    block type decoded to floats).
+
+    Raises:
+        OutputError: numpy's dtype has no safetensors name either.
+    """
+    for dt in DTYPES.values():
+        if not dt.packed and dt.numpy == array.dtype:
+            return dt
+    raise OutputError(f"cannot store an array of {array.dtype} in a safetensors file")

@@ -33,6 +33,16 @@ class HeaderErrorKind(str, enum.Enum):
     # bintensors only: its header is bincode, and duplicate tensor names are an error there.
     INVALID_BINCODE = "invalid bincode header"
     DUPLICATE_NAME = "duplicate tensor name"
+    # GGUF only: its binary header has rules of its own, and limits against hostile headers.
+    INVALID_MAGIC = "not a GGUF file"
+    UNSUPPORTED_VERSION = "unsupported GGUF version"
+    TRUNCATED = "truncated GGUF header"
+    INVALID_VALUE_TYPE = "invalid GGUF value type"
+    STRING_TOO_LONG = "GGUF string too long"
+    ARRAY_TOO_LONG = "GGUF array too long"
+    TOO_MANY_DIMS = "too many tensor dims"
+    INVALID_METADATA = "invalid GGUF metadata"
+    MISALIGNED_TENSOR = "misaligned GGUF tensor offset"
 
 
 class HeaderError(RemoteTensorsError, ValueError):
@@ -53,6 +63,18 @@ class HeaderError(RemoteTensorsError, ValueError):
     def with_location(self, location: str) -> HeaderError:
         """Return the same error naming ``location``."""
         return HeaderError(self.kind, self.detail, location=location)
+
+
+class AmbiguousModelError(RemoteTensorsError, ValueError):
+    """A folder or repo holds several models (GGUF files) and the location does not say which.
+
+    Attributes:
+        choices: the files (or first parts of split files) to choose from.
+    """
+
+    def __init__(self, message: str, *, choices: list[str]) -> None:
+        self.choices = choices
+        super().__init__(message)
 
 
 class TensorNotFoundError(RemoteTensorsError, KeyError):
@@ -140,3 +162,9 @@ def did_you_mean(name: str, known: Iterable[str]) -> str:
     if not close:
         return ""
     return "; did you mean " + " or ".join(repr(c) for c in close) + "?"
+
+
+class ConfigWarning(RemoteTensorsError, UserWarning):
+    """A warning, not an error: a config that cannot be used as it is (not JSON, an unknown
+    quantization method, one that contradicts the tensors). The model still opens and is
+    counted from its tensors; the message names the file."""

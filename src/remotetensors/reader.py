@@ -10,6 +10,7 @@ from .assemble import OutputArray
 from .errors import FileClosedError, TensorNotFoundError, did_you_mean
 from .fetch import Target, fetch_into
 from .formats import parse_any_header
+from .formats.gguf import looks_like_gguf
 from .formats.safetensors import PREFIX_BYTES, header_length
 from .frameworks import check_framework, convert
 from .options import DEFAULT_CHUNK_BYTES, ReadOptions
@@ -29,7 +30,8 @@ if TYPE_CHECKING:
 async def read_index(source: ByteSource, options: ReadOptions) -> tuple[FileIndex, bytes]:
     """Read and validate a file's header: one request, two when it is longer than the window.
 
-    The format (safetensors or bintensors) is told by the header's first byte.
+    The format (safetensors or bintensors) is told by the header's first byte; GGUF by its
+    magic, and its header may take a few more requests (see :mod:`remotetensors.gguf_reading`).
 
     Returns:
         The index, and the bytes of the file already fetched (bytes ``[0, k)``), which later
@@ -41,6 +43,10 @@ async def read_index(source: ByteSource, options: ReadOptions) -> tuple[FileInde
     """
     prefix = await source.open_prefix(options.header_window_bytes)
     data = prefix.data
+    if looks_like_gguf(data):
+        from .gguf_reading import read_gguf_index
+
+        return await read_gguf_index(source, prefix)
     n = header_length(data, file_size=prefix.size, location=source.location)
     needed = PREFIX_BYTES + n
     if len(data) < needed:
@@ -87,6 +93,10 @@ class AsyncTensorFile:
         except BaseException:
             await source.aclose()
             raise
+        if index.format == "gguf":
+            from .gguf_reading import AsyncGGUFFile
+
+            return AsyncGGUFFile(source, index, prefix, options=options, framework=framework)
         return cls(source, index, prefix, options=options, framework=framework)
 
     # --- what the header says ----------------------------------------------------------------
@@ -111,8 +121,8 @@ class AsyncTensorFile:
         self._check_open()
         return self._index.offset_keys()
 
-    def metadata(self) -> dict[str, str] | None:
-        """The header's ``__metadata__``, or None."""
+    def metadata(self) -> dict[str, Any] | None:
+        """The header's ``__metadata__``, or None; a GGUF file's typed key/value metadata."""
         self._check_open()
         meta = self._index.metadata
         return None if meta is None else dict(meta)

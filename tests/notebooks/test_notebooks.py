@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import quantized
 from tests.hub_standin import HubStandIn
 from tests.integration.test_models import sharded
 
@@ -18,6 +19,9 @@ EXPECTED = {
         "cosine similarity",
         "<details>",  # the model's HTML view rendered
         "image/png",  # the histogram
+        # the quantized model served below, unpacked to its float model's count
+        f"true count: {quantized.float_count(quantized.Arch()):,} parameters",
+        "qweight",
     ],
     "dask_on_a_cluster.ipynb": [
         "dashboard: http://",
@@ -33,8 +37,11 @@ def hub_model(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     hub = HubStandIn()
     files, _ = sharded(shards=2, layers_per_shard=2)
     hub.add("example/tiny-model", files)
+    spec, config = quantized.gptq(quantized.Arch(), bits=4)
+    hub.add("example/tiny-gptq", quantized.files_for(spec, config, shards=2))
     monkeypatch.setenv("HF_ENDPOINT", hub.endpoint)
     monkeypatch.setenv("REMOTETENSORS_EXAMPLE_MODEL", "hf://example/tiny-model")
+    monkeypatch.setenv("REMOTETENSORS_QUANTIZED_MODEL", "hf://example/tiny-gptq")
     monkeypatch.setenv("HF_TOKEN", "")
     try:
         yield "hf://example/tiny-model"

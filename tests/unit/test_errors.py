@@ -94,6 +94,12 @@ PUBLIC_NAMES = {
     "open_model",
     "open_model_async",
     "LocationError",
+    "ConfigWarning",
+    "LogicalTensor",
+    "MemoryEstimate",
+    "ParameterCount",
+    "Quantization",
+    "AmbiguousModelError",
 }
 
 
