@@ -21,6 +21,7 @@ import os
 import shutil
 import sys
 import tempfile
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -50,7 +51,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(_join_dash_values(sys.argv[1:] if argv is None else argv))
     try:
-        return int(args.run(args))
+        with _one_line_warnings():
+            return int(args.run(args))
     except KeyboardInterrupt:
         print("remotetensors: interrupted", file=sys.stderr)
         return 130
@@ -75,6 +77,23 @@ def main(argv: list[str] | None = None) -> int:
 def main_exit() -> None:
     """Console-script entry point: run and exit with the status."""
     sys.exit(main())
+
+
+@contextlib.contextmanager
+def _one_line_warnings() -> Iterator[None]:
+    """Warnings (a config that cannot be used, ...) as ``remotetensors: warning: ...`` lines,
+    not Python's two-line form with a source line from asyncio."""
+    shown = warnings.showwarning
+
+    def show(message: Warning | str, category: type[Warning], *args: Any, **kwargs: Any) -> None:
+        one_line = " ".join(str(message).split())
+        print(f"remotetensors: warning: {one_line}", file=sys.stderr)
+
+    warnings.showwarning = show
+    try:
+        yield
+    finally:
+        warnings.showwarning = shown
 
 
 def _error(message: str) -> None:

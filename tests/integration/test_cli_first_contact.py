@@ -206,6 +206,10 @@ def results(
     out: Path,
 ) -> dict[str, Result]:
     model, low = urls["model"], urls["low"]
+    with_bad_config = out / "bad-config"
+    with_bad_config.mkdir()
+    (with_bad_config / "model.safetensors").write_bytes(write_reference({"w": ROWS}))
+    (with_bad_config / "config.json").write_text("not json")
     ftp = f"ftp://127.0.0.1:{closed_port()}/models/x.safetensors"
     silent = f"http://127.0.0.1:{silent_port}/x.safetensors"
     cases: dict[str, Case] = {
@@ -250,6 +254,7 @@ def results(
         ),
         "header": (("info", model, "--header", "X-Test: first contact", "--json"), {}),
         "bad header": (("info", model, "--header", "no colon"), {}),
+        "warning": (("params", str(with_bad_config)), {}),
     }
     with ThreadPoolExecutor(4) as pool:
         futures = {name: pool.submit(cli, *argv, env=env) for name, (argv, env) in cases.items()}
@@ -301,7 +306,10 @@ def test_hub_scheme_in_any_case_and_legacy_names(results: dict[str, Result], cas
         ("empty revision", ["hf://org/model@", "nothing after '@'"]),
         ("missing repo", ["no repo org/absent", "RepoNotFound", "token"]),
         ("missing revision", ["no revision 'v9'", "RevisionNotFound"]),
-        ("no safetensors", ["hf://org/no-weights", "no safetensors weights", "model.safetensors"]),
+        (
+            "no safetensors",
+            ["hf://org/no-weights", "no safetensors or GGUF weights", "model.safetensors"],
+        ),
     ],
 )
 def test_hub_says_what_is_missing(results: dict[str, Result], case: str, words: list[str]) -> None:
@@ -443,7 +451,7 @@ class TrickleServer:
     download is surely in flight when the test interrupts it."""
 
     def __init__(self, data: bytes) -> None:
-        self.data_requests = 0
+        self.data_requests: dict[str, int] = {}  # by query string: one per client under test
 
         outer = self
 
@@ -454,6 +462,9 @@ class TrickleServer:
                 pass
 
             def do_GET(self) -> None:
+                if not self.path.partition("?")[0].endswith("/big.safetensors"):
+                    self.send_error(404)  # config.json and the like: there are none
+                    return
                 first, _, last = self.headers["Range"].removeprefix("bytes=").partition("-")
                 start, end = int(first), min(int(last), len(data) - 1)
                 body = data[start : end + 1]
@@ -463,7 +474,8 @@ class TrickleServer:
                 self.send_header("ETag", '"trickle"')
                 self.end_headers()
                 if start > 0:
-                    outer.data_requests += 1
+                    query = self.path.partition("?")[2]
+                    outer.data_requests[query] = outer.data_requests.get(query, 0) + 1
                 try:
                     for offset in range(0, len(body), 65536):
                         self.wfile.write(body[offset : offset + 65536])
@@ -491,9 +503,9 @@ def trickle() -> Iterator[TrickleServer]:
         running.stop()
 
 
-def interrupted(argv: list[str], trickle: TrickleServer) -> tuple[int, str]:
-    """Start ``argv``, press Ctrl-C once its data requests are under way; (status, stderr)."""
-    seen = trickle.data_requests
+def interrupted(argv: list[str], trickle: TrickleServer, client: str) -> tuple[int, str]:
+    """Start ``argv``, which reads ``trickle.url + "?" + client``; press Ctrl-C once two of its
+    data requests are under way; (status, stderr)."""
     process = subprocess.Popen(
         argv,
         stdin=subprocess.DEVNULL,
@@ -504,7 +516,7 @@ def interrupted(argv: list[str], trickle: TrickleServer) -> tuple[int, str]:
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     deadline = time.monotonic() + 30
-    while trickle.data_requests < seen + 2 and time.monotonic() < deadline:
+    while trickle.data_requests.get(client, 0) < 2 and time.monotonic() < deadline:
         time.sleep(0.05)
     time.sleep(0.3)
     process.send_signal(signal.SIGINT)
@@ -513,18 +525,19 @@ def interrupted(argv: list[str], trickle: TrickleServer) -> tuple[int, str]:
 
 
 def test_ctrl_c_is_one_line_and_130(trickle: TrickleServer, tmp_path: Path) -> None:
-    argv = [
-        sys.executable,
-        "-m",
-        "remotetensors",
-        "get",
-        trickle.url,
-        "big",
-        "-o",
-        str(tmp_path / "b.npy"),
-    ]
-    for _ in range(2):
-        status, err = interrupted(argv, trickle)
+    for trial in ("cli-1", "cli-2"):
+        url = f"{trickle.url}?{trial}"
+        argv = [
+            sys.executable,
+            "-m",
+            "remotetensors",
+            "get",
+            url,
+            "big",
+            "-o",
+            str(tmp_path / "b.npy"),
+        ]
+        status, err = interrupted(argv, trickle, trial)
         assert status == 130, err
         assert err == "remotetensors: interrupted\n"
 
@@ -535,7 +548,7 @@ def test_ctrl_c_in_the_python_api_leaves_no_unretrieved_futures(trickle: Trickle
     script = (
         "import gc, sys, time\n"
         "import remotetensors as rt\n"
-        f"model = rt.open_model({trickle.url!r})\n"
+        f"model = rt.open_model({trickle.url + '?api'!r})\n"
         "try:\n"
         "    model.get_tensor('big')\n"
         "except KeyboardInterrupt:\n"
@@ -544,7 +557,7 @@ def test_ctrl_c_in_the_python_api_leaves_no_unretrieved_futures(trickle: Trickle
         "gc.collect()\n"
         "model.close()\n"
     )
-    status, err = interrupted([sys.executable, "-c", script], trickle)
+    status, err = interrupted([sys.executable, "-c", script], trickle, "api")
     assert status == 0, err
     assert err == "caught\n"
     assert "never retrieved" not in err
@@ -581,3 +594,12 @@ def test_a_closed_pipe_ends_quietly(server: FaultyServer) -> None:
     _, err = process.communicate(timeout=60)
     assert process.returncode == 141
     assert err == b""
+
+
+def test_warnings_are_one_line(results: dict[str, Result]) -> None:
+    result = results["warning"]
+    assert result.status == 0, result.err
+    lines = result.err.splitlines()
+    assert len(lines) == 1, result.err
+    assert lines[0].startswith("remotetensors: warning: ")
+    assert "config.json: not JSON" in lines[0]

@@ -121,7 +121,7 @@ def test_numbers_are_right_aligned(faulty: FaultyServer) -> None:
     table = lines[lines.index(next(line for line in lines if line.startswith("dtype"))) :]
     # Right-aligned: every row of the table (header included) ends in the same column.
     assert len({len(line) for line in table}) == 1, table
-    assert re.search(r"parameters +human$", table[0])
+    assert re.match(r"dtype +parameters +human", table[0])
 
 
 def test_a_silent_server_shows_a_status_line_then_one_error() -> None:
