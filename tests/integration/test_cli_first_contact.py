@@ -197,6 +197,23 @@ def out(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("out")
 
 
+class Results:
+    """The cases' results, each group run concurrently when one of its cases is first asked
+    for, so no single test waits for all of them."""
+
+    def __init__(self, groups: dict[str, dict[str, Case]]) -> None:
+        self._groups = groups
+        self._done: dict[str, Result] = {}
+
+    def __getitem__(self, name: str) -> Result:
+        if name not in self._done:
+            group = next(g for g in self._groups.values() if name in g)
+            with ThreadPoolExecutor(4) as pool:
+                futures = {n: pool.submit(cli, *argv, env=env) for n, (argv, env) in group.items()}
+                self._done.update({n: future.result() for n, future in futures.items()})
+        return self._done[name]
+
+
 @pytest.fixture(scope="module")
 def results(
     urls: dict[str, str],
@@ -204,7 +221,7 @@ def results(
     no_s3fs: dict[str, str],
     silent_port: int,
     out: Path,
-) -> dict[str, Result]:
+) -> Results:
     model, low = urls["model"], urls["low"]
     with_bad_config = out / "bad-config"
     with_bad_config.mkdir()
@@ -212,19 +229,24 @@ def results(
     (with_bad_config / "config.json").write_text("not json")
     ftp = f"ftp://127.0.0.1:{closed_port()}/models/x.safetensors"
     silent = f"http://127.0.0.1:{silent_port}/x.safetensors"
-    cases: dict[str, Case] = {
+    basics: dict[str, Case] = {
         "version": (("--version",), {}),
         "missing s3fs": (("info", "s3://bucket/x.safetensors"), no_s3fs),
         "random bytes": (("info", urls["random"]), {}),
         "empty file": (("info", urls["empty"]), {}),
         "ftp": (("info", ftp), {}),
         "unknown protocol": (("info", "foo://host/x.safetensors"), {}),
+        "warning": (("params", str(with_bad_config)), {}),
+    }
+    hub: dict[str, Case] = {
         "uppercase HF": (("params", "HF://org/model", "--json"), hub_env),
         "legacy repo": (("params", "hf://gpt2", "--json"), hub_env),
         "empty revision": (("params", "hf://org/model@"), hub_env),
         "missing repo": (("params", "hf://org/absent"), hub_env),
         "missing revision": (("params", "hf://org/model@v9"), hub_env),
         "no safetensors": (("params", "hf://org/no-weights"), hub_env),
+    }
+    get: dict[str, Case] = {
         "bad slice": (("get", model, "rows", "--slice", "a:b", "-o", str(out / "a.npy")), {}),
         "last ten": (("get", model, "rows", "--slice", "-10:", "-o", str(out / "ten.npy")), {}),
         "last ten, columns": (
@@ -238,6 +260,8 @@ def results(
         "no folder": (("get", urls["never"], "rows", "-o", "/nonexistent/dir/a.npy"), {}),
         "concurrency 0": (("ls", model, "--concurrency", "0"), {}),
         "get json": (("get", model, "rows", "--json", "-o", str(out / "j.npy")), {}),
+    }
+    dtypes: dict[str, Case] = {
         "bf16 npy": (("get", low, "bf16", "-o", str(out / "bf16.npy")), {}),
         "f8 npy": (("get", low, "f8", "-o", str(out / "f8.npy")), {}),
         "f4 npy": (("get", low, "f4", "-o", str(out / "f4.npy")), {}),
@@ -246,6 +270,8 @@ def results(
             ("get", low, "f4", "--slice", "2:6", "-o", str(out / "f4s.safetensors")),
             {},
         ),
+    }
+    http: dict[str, Case] = {
         "silent server": (("info", silent, "--timeout", "0.5", "--retries", "1"), {}),
         "ranges ignored": (("info", urls["ranges-ignored"]), {}),
         "whole body opt-in": (
@@ -254,46 +280,43 @@ def results(
         ),
         "header": (("info", model, "--header", "X-Test: first contact", "--json"), {}),
         "bad header": (("info", model, "--header", "no colon"), {}),
-        "warning": (("params", str(with_bad_config)), {}),
     }
-    with ThreadPoolExecutor(4) as pool:
-        futures = {name: pool.submit(cli, *argv, env=env) for name, (argv, env) in cases.items()}
-        return {name: future.result() for name, future in futures.items()}
+    return Results({"basics": basics, "hub": hub, "get": get, "dtypes": dtypes, "http": http})
 
 
-def test_version(results: dict[str, Result]) -> None:
+def test_version(results: Results) -> None:
     from remotetensors import __version__
 
     assert results["version"].status == 0
     assert results["version"].out.strip() == f"remotetensors {__version__}"
 
 
-def test_missing_s3fs_says_what_to_install(results: dict[str, Result]) -> None:
+def test_missing_s3fs_says_what_to_install(results: Results) -> None:
     results["missing s3fs"].one_line_error(
         "s3://bucket/x.safetensors", 'pip install "remotetensors[s3]"'
     )
 
 
-def test_random_bytes_are_not_a_safetensors_file(results: dict[str, Result]) -> None:
+def test_random_bytes_are_not_a_safetensors_file(results: Results) -> None:
     results["random bytes"].one_line_error("random.safetensors", "not a safetensors file")
 
 
-def test_an_empty_file_is_not_blamed_on_ranges(results: dict[str, Result]) -> None:
+def test_an_empty_file_is_not_blamed_on_ranges(results: Results) -> None:
     result = results["empty file"]
     result.one_line_error("empty.safetensors", "0 bytes")
     assert "Range" not in result.err
 
 
-def test_ftp_names_the_location(results: dict[str, Result]) -> None:
+def test_ftp_names_the_location(results: Results) -> None:
     results["ftp"].one_line_error("ftp://127.0.0.1:", "/models/x.safetensors", "cannot connect")
 
 
-def test_unknown_protocol(results: dict[str, Result]) -> None:
+def test_unknown_protocol(results: Results) -> None:
     results["unknown protocol"].one_line_error("foo://host/x.safetensors", "unknown protocol 'foo'")
 
 
 @pytest.mark.parametrize("case", ["uppercase HF", "legacy repo"])
-def test_hub_scheme_in_any_case_and_legacy_names(results: dict[str, Result], case: str) -> None:
+def test_hub_scheme_in_any_case_and_legacy_names(results: Results, case: str) -> None:
     result = results[case]
     assert result.status == 0, result.err
     assert json.loads(result.out)["total"] == 6
@@ -312,39 +335,39 @@ def test_hub_scheme_in_any_case_and_legacy_names(results: dict[str, Result], cas
         ),
     ],
 )
-def test_hub_says_what_is_missing(results: dict[str, Result], case: str, words: list[str]) -> None:
+def test_hub_says_what_is_missing(results: Results, case: str, words: list[str]) -> None:
     results[case].one_line_error(*words)
 
 
-def test_bad_slice(results: dict[str, Result]) -> None:
+def test_bad_slice(results: Results) -> None:
     results["bad slice"].one_line_error("--slice", "'a' is not an integer")
 
 
-def test_negative_slices_count_from_the_end(results: dict[str, Result], out: Path) -> None:
+def test_negative_slices_count_from_the_end(results: Results, out: Path) -> None:
     assert results["last ten"].status == 0, results["last ten"].err
     assert np.array_equal(np.load(out / "ten.npy"), ROWS[-10:])
     assert results["last ten, columns"].status == 0, results["last ten, columns"].err
     assert np.array_equal(np.load(out / "corner.npy"), ROWS[-3:, -2:])
 
 
-def test_misspelt_tensor_gets_a_suggestion(results: dict[str, Result]) -> None:
+def test_misspelt_tensor_gets_a_suggestion(results: Results) -> None:
     results["misspelt"].one_line_error(
         "does not contain tensor", "did you mean 'model.layers.1.self_attn.q_proj.weight'"
     )
 
 
 def test_output_folder_is_checked_before_any_request(
-    results: dict[str, Result], server: FaultyServer
+    results: Results, server: FaultyServer
 ) -> None:
     results["no folder"].one_line_error("/nonexistent/dir", "does not exist")
     assert not server.log.for_path("never.safetensors")
 
 
-def test_concurrency_zero_is_refused(results: dict[str, Result]) -> None:
+def test_concurrency_zero_is_refused(results: Results) -> None:
     results["concurrency 0"].one_line_error("--concurrency", "at least 1")
 
 
-def test_get_json_is_parseable(results: dict[str, Result]) -> None:
+def test_get_json_is_parseable(results: Results) -> None:
     result = results["get json"]
     assert result.status == 0, result.err
     data = json.loads(result.out)
@@ -358,7 +381,7 @@ def test_get_json_is_parseable(results: dict[str, Result]) -> None:
     ("case", "dtype", "values"), [("bf16", "BF16", BF16), ("f8", "F8_E4M3", F8), ("f4", "F4", F4)]
 )
 def test_low_precision_npy_is_exact_float32(
-    results: dict[str, Result], out: Path, case: str, dtype: str, values: np.ndarray[Any, Any]
+    results: Results, out: Path, case: str, dtype: str, values: np.ndarray[Any, Any]
 ) -> None:
     result = results[f"{case} npy"]
     assert result.status == 0, result.err
@@ -369,7 +392,7 @@ def test_low_precision_npy_is_exact_float32(
     assert np.array_equal(loaded, values.astype(np.float32))
 
 
-def test_f4_safetensors_keeps_the_packed_bytes(results: dict[str, Result], out: Path) -> None:
+def test_f4_safetensors_keeps_the_packed_bytes(results: Results, out: Path) -> None:
     import remotetensors as rt
 
     for case, name, expected in [
@@ -385,13 +408,11 @@ def test_f4_safetensors_keeps_the_packed_bytes(results: dict[str, Result], out: 
             )
 
 
-def test_a_silent_server_fails_soon_with_the_cli_options(results: dict[str, Result]) -> None:
+def test_a_silent_server_fails_soon_with_the_cli_options(results: Results) -> None:
     results["silent server"].one_line_error("timed out", "gave up after 2 attempts")
 
 
-def test_ranges_ignored_points_to_the_cli_opt_in(
-    results: dict[str, Result], server: FaultyServer
-) -> None:
+def test_ranges_ignored_points_to_the_cli_opt_in(results: Results, server: FaultyServer) -> None:
     results["ranges ignored"].one_line_error(
         "small.safetensors", "ignored the Range header", "--accept-whole-body-below"
     )
@@ -399,7 +420,7 @@ def test_ranges_ignored_points_to_the_cli_opt_in(
     assert json.loads(results["whole body opt-in"].out)["tensors"] == 1
 
 
-def test_header_reaches_the_server(results: dict[str, Result], server: FaultyServer) -> None:
+def test_header_reaches_the_server(results: Results, server: FaultyServer) -> None:
     assert results["header"].status == 0, results["header"].err
     assert any(e.headers.get("X-Test") == "first contact" for e in server.log.entries)
     results["bad header"].one_line_error("--header", "'NAME: VALUE'")
@@ -596,7 +617,7 @@ def test_a_closed_pipe_ends_quietly(server: FaultyServer) -> None:
     assert err == b""
 
 
-def test_warnings_are_one_line(results: dict[str, Result]) -> None:
+def test_warnings_are_one_line(results: Results) -> None:
     result = results["warning"]
     assert result.status == 0, result.err
     lines = result.err.splitlines()
