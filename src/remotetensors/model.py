@@ -21,11 +21,13 @@ import httpx
 
 from .configs import ConfigFiles, ConfigWarning, read_configs
 from .errors import (
+    FileClosedError,
     HeaderError,
     HeaderErrorKind,
     NotFoundError,
     RemoteTensorsError,
     TensorNotFoundError,
+    did_you_mean,
 )
 from .fetch import gather_or_cancel
 from .formats.gguf import split_names
@@ -89,6 +91,7 @@ class AsyncModel:
         self._files = dict(files)
         self.index = index
         self._client = client  # shared by the files' HTTP sources; closed with the model
+        self._closed = False
         self.configs = configs or ConfigFiles()
         """``config.json`` and ``quantization_config.json`` as found beside the weights."""
         self._true_count: ParameterCount | None = None
@@ -234,14 +237,18 @@ class AsyncModel:
 
         Raises:
             TensorNotFoundError: a name the model does not hold, or a pattern matching nothing.
+            FileClosedError: the model was closed.
         """
+        if self._closed:
+            raise FileClosedError(f"Model is closed ({self.location})")
         if isinstance(names, str):
             if names in self.index.tensors:
                 return [names]
             matched = fnmatch.filter(self.index.keys(), names)
             if not matched:
                 raise TensorNotFoundError(
-                    f"Model does not contain tensor {names} ({self.location}): no name matches",
+                    f"Model does not contain tensor {names} ({self.location}): no name matches"
+                    f"{did_you_mean(names, self.index.tensors)}",
                     name=names,
                 )
             return matched
@@ -249,7 +256,9 @@ class AsyncModel:
         for name in wanted:
             if name not in self.index.tensors:
                 raise TensorNotFoundError(
-                    f"Model does not contain tensor {name} ({self.location})", name=name
+                    f"Model does not contain tensor {name} ({self.location})"
+                    f"{did_you_mean(name, self.index.tensors)}",
+                    name=name,
                 )
         return wanted
 
@@ -320,7 +329,8 @@ class AsyncModel:
         return arrays
 
     async def aclose(self) -> None:
-        """Release every file's connections."""
+        """Release every file's connections; later reads raise FileClosedError."""
+        self._closed = True
         await asyncio.gather(*(f.aclose() for f in self._files.values()))
         if self._client is not None:
             await self._client.aclose()
@@ -457,10 +467,20 @@ async def _discover(
         return await _open_sharded(location, place, index_task.result(), options, framework)
     if single_error is None:
         return _single(location, SINGLE_FILE, single_task.result())
+    for error in (single_error, index_error):
+        # The hub says when the repo or revision itself is missing: that, not the files.
+        if isinstance(error, NotFoundError) and error.code in ("RepoNotFound", "RevisionNotFound"):
+            raise error
     if isinstance(single_error, NotFoundError) and isinstance(index_error, NotFoundError):
         gguf_files = await find_gguf(location, place)
         if gguf_files is not None:
             return await _open_gguf(location, place, gguf_files, options, framework)
+        if single_error.code == "EntryNotFound":
+            raise NotFoundError(
+                f"{location}: the repo has no safetensors or GGUF weights where they are looked "
+                f"for: neither {place.location(SINGLE_FILE)} nor {place.location(INDEX_FILE)} "
+                "nor a .gguf file exists; name a subfolder, a file or an index explicitly"
+            )
         raise NotFoundError(
             f"{redact_url(location)}: no model here: neither "
             f"{redact_url(place.location(SINGLE_FILE))} nor "

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .assemble import OutputArray
-from .errors import FileClosedError, TensorNotFoundError
+from .errors import FileClosedError, TensorNotFoundError, did_you_mean
 from .fetch import Target, fetch_into
 from .formats import parse_any_header
 from .formats.gguf import looks_like_gguf
@@ -138,7 +138,9 @@ class AsyncTensorFile:
             return self._index.tensors[name]
         except KeyError:
             raise TensorNotFoundError(
-                f"File does not contain tensor {name} ({self.location})", name=name
+                f"File does not contain tensor {name} ({self.location})"
+                f"{did_you_mean(name, self._index.tensors)}",
+                name=name,
             ) from None
 
     # --- data ------------------------------------------------------------------------------------

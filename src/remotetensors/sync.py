@@ -9,6 +9,8 @@ waiting thread cancels the work in flight.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import contextlib
 import os
 import threading
 from typing import TYPE_CHECKING, Any, TypeVar, overload
@@ -62,12 +64,40 @@ def run_sync(coroutine: Coroutine[Any, Any, T]) -> T:
     if threading.current_thread() is _thread:
         coroutine.close()
         raise RuntimeError("a sync remotetensors call was made on its own IO thread; await it")
-    future = asyncio.run_coroutine_threadsafe(coroutine, loop)
+    future: concurrent.futures.Future[T] = concurrent.futures.Future()
+    tasks: list[asyncio.Task[T]] = []
+
+    def start() -> None:
+        task = loop.create_task(coroutine)
+        tasks.append(task)
+        task.add_done_callback(lambda done: _settle(done, future))
+
+    loop.call_soon_threadsafe(start)
     try:
         return future.result()
     except KeyboardInterrupt:
-        future.cancel()
+        # Cancel the work and let it unwind (close connections, collect its subtasks) before
+        # the interrupt goes on, so nothing is left to fail unobserved at exit. A second
+        # Ctrl-C stops the wait.
+        loop.call_soon_threadsafe(lambda: tasks and tasks[0].cancel())
+        with contextlib.suppress(KeyboardInterrupt):
+            concurrent.futures.wait([future], timeout=CANCEL_GRACE_SECONDS)
         raise
+
+
+CANCEL_GRACE_SECONDS = 5.0
+"""After Ctrl-C, how long a sync call waits for its cancelled work to unwind."""
+
+
+def _settle(task: asyncio.Task[T], future: concurrent.futures.Future[T]) -> None:
+    """Copy a finished task's outcome into the future the calling thread waits on."""
+    if task.cancelled():
+        future.cancel()
+        future.set_running_or_notify_cancel()  # wakes concurrent.futures.wait() too
+    elif task.exception() is not None:
+        future.set_exception(task.exception())
+    else:
+        future.set_result(task.result())
 
 
 async def open_file_async(

@@ -51,6 +51,7 @@ from ..errors import (
 )
 from ..ranges import ByteRange
 from ..redact import redact_url
+from ..status import Retrying, activity, bytes_listener, retrying
 from .base import ByteSource, Prefix
 from .rawhttp import Meter, RawConnectionError, RawProtocolError, RawRangeClient, RawTimeoutError
 from .recipe import SourceRecipe
@@ -306,6 +307,7 @@ class HttpSource(ByteSource):
             wait = self._wait_seconds(attempt, failure)
             if deadline is not None and time.monotonic() + wait >= deadline:
                 raise self._deadline_passed(failure.reason) from None
+            retrying(Retrying(self._shown, attempt, options.max_attempts, failure.reason, wait))
             await asyncio.sleep(wait)
 
     async def _guarded(
@@ -639,6 +641,7 @@ class HttpSource(ByteSource):
         """Stream exactly ``len(target)`` body bytes into ``target``."""
         length = len(target)
         received = 0
+        listener = bytes_listener()
         try:
             async for chunk in response.aiter_raw():
                 size = len(chunk)
@@ -651,6 +654,9 @@ class HttpSource(ByteSource):
                 received += size
                 if meter is not None:
                     meter.bytes += size
+                activity()
+                if listener is not None:
+                    listener(size)
         except (httpx.TransportError, httpx.TimeoutException) as exc:
             stalled = isinstance(exc, httpx.TimeoutException)
             raise _Truncated(
@@ -669,6 +675,11 @@ class HttpSource(ByteSource):
         """A 200 to a ranged GET: the server ignored Range. Never read a large body."""
         self._check_identity(response.headers)
         declared = response.headers.get("Content-Length")
+        if first and start == 0 and declared == "0":
+            # An empty file: some servers (nginx) answer 200 with no body instead of 416.
+            self._size = 0
+            self._etag = response.headers.get("ETag")
+            return 0
         limit = self._options.accept_whole_body_below_bytes
         if not (first and declared is not None and declared.isdigit() and int(declared) < limit):
             # Leaving the stream unread closes the connection: nothing more is downloaded.
@@ -687,7 +698,8 @@ class HttpSource(ByteSource):
             f"{self._shown}: the server ignored the Range header (HTTP 200 with the whole file"
             f"{', ' + declared + ' bytes' if declared else ''}) when asked for bytes "
             f"{start}-{end - 1}; it cannot serve partial reads. Use a server or URL that "
-            "supports byte ranges, or set accept_whole_body_below_bytes for small files"
+            "supports byte ranges, or for small files opt in to whole bodies (HttpOptions("
+            "accept_whole_body_below_bytes=...), on the command line --accept-whole-body-below)"
         )
 
 

@@ -42,6 +42,7 @@ from urllib.parse import urlsplit
 import h11
 import httpx
 
+from ..status import activity, bytes_listener
 from .tls import shared_ssl_context
 
 _MAX_HEAD_BYTES = 64 * 1024
@@ -106,6 +107,7 @@ class _Protocol(asyncio.BufferedProtocol):
         self.received = 0
         self.progress = 0  # bytes seen in total, for the read-timeout watchdog
         self._accept: Accept | None = None
+        self.on_body_bytes: Callable[[int], None] | None = None
         self.head_done: asyncio.Future[tuple[int, httpx.Headers, bool]] | None = None
         self.body_done: asyncio.Future[None] | None = None
         self.keep_alive = False
@@ -137,8 +139,11 @@ class _Protocol(asyncio.BufferedProtocol):
         self.progress += nbytes
         if self.meter is not None:
             self.meter.bytes += nbytes
+        activity()  # bytes are flowing: no "waiting" status while a long part downloads
         if self._mode == "body":
             self.received += nbytes
+            if self.on_body_bytes is not None:
+                self.on_body_bytes(nbytes)
             self._finish_if_complete()
         elif self._mode == "head":
             assert self._parser is not None
@@ -355,6 +360,8 @@ class RawRangeClient:
         meter: Meter | None,
     ) -> RawResponse:
         protocol.begin(parser, target, accept, meter)
+        # Protocol callbacks run outside the task: hand them the task's listener.
+        protocol.on_body_bytes = bytes_listener()
         assert protocol.transport is not None
         assert protocol.head_done is not None
         assert protocol.body_done is not None

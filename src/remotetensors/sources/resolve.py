@@ -15,7 +15,7 @@ from urllib.parse import unquote, urlsplit
 
 from .fsspec import FsspecSource
 from .http import HttpOptions, HttpSource
-from .hub import HubPath, HubRepo
+from .hub import HubPath, HubRepo, is_hub_location
 from .local import LocalSource
 
 if TYPE_CHECKING:
@@ -117,7 +117,7 @@ def split_location(
     """
     text = os.fspath(location)
     scheme = urlsplit(text).scheme.lower() if "://" in text else ""
-    if text.startswith("hf://"):
+    if is_hub_location(text):
         parsed = HubPath.parse(text)
         if revision is not None:
             parsed = HubPath(parsed.repo_type, parsed.repo_id, revision, parsed.path)
@@ -159,7 +159,7 @@ def open_source(
     """The source for one file: ``http(s)://``, ``hf://``, ``file://``, a local path, or any
     other fsspec URL (``s3://``, ``gs://``, ``memory://``, ``simplecache::s3://``, ...)."""
     text = os.fspath(location)
-    if text.startswith("hf://"):
+    if is_hub_location(text):
         place, name = split_location(
             text, revision=revision, token=token, http_options=http_options, client=client
         )
