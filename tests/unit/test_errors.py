@@ -97,6 +97,11 @@ PUBLIC_NAMES = {
     "ParameterCount",
     "Quantization",
     "AmbiguousModelError",
+    "Comparison",
+    "TensorStats",
+    "TensorView",
+    "Traffic",
+    "compare",
 }
 
 
