@@ -25,15 +25,14 @@ AUXILIARY = "auxiliary"
 _DIGITS = re.compile(r"(\d+)")
 
 
-def natural_key(name: str) -> tuple[str | int, ...]:
+def natural_key(name: str) -> tuple[tuple[str | int, ...], str]:
     """Sort key that orders the numbers inside names by value: ``layers.2`` < ``layers.10``.
 
     Text and numbers alternate in the key (text at even positions), so keys always compare.
-    The name itself comes last, so ``01`` and ``1`` still have a fixed order.
+    The name itself breaks ties, so ``01`` and ``1`` still have a fixed order.
     """
     parts: list[str | int] = [int(p) if i % 2 else p for i, p in enumerate(_DIGITS.split(name))]
-    parts.append(name)
-    return tuple(parts)
+    return tuple(parts), name
 
 
 def natural_sorted(names: Iterable[str]) -> list[str]:
