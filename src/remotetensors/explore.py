@@ -50,7 +50,25 @@ def _summary(model: AsyncModel) -> list[str]:
         lines.append("some packed counts are upper bounds (no logical shape stored)")
     if count.declared_total is not None:
         lines.append(f"declared: {count.declared_total:,} (metadata total_parameters)")
+    memory = _memory_line(model)
+    if memory:
+        lines.append(memory)
     return lines
+
+
+def _memory_line(model: AsyncModel) -> str | None:
+    """Memory to serve at the config's longest context, when the config says enough."""
+    try:
+        estimate = model.memory()
+    except ValueError:
+        return None
+    if estimate.kv_cache_bytes is None or not estimate.context:
+        return None
+    return (
+        f"memory to serve one sequence of {estimate.context:,} tokens: weights "
+        f"{human_bytes(estimate.weights_bytes)} + KV cache {human_bytes(estimate.kv_cache_bytes)}"
+        f" = {human_bytes(estimate.total_bytes)}"
+    )
 
 
 def model_html(model: AsyncModel) -> str:

@@ -90,7 +90,8 @@ def test_counters_match_what_the_server_saw(served: tuple[str, Log, dict[str, An
         assert "network so far" in html
         assert traffic_words(after) in html  # "7 requests, 45.2 kB, 0.01 s"
         shard = model.tensors[name].file
-        assert shard is not None and shard in html
+        assert shard is not None
+        assert shard in html
 
 
 def test_tensor_card_stats_and_pictures(served: tuple[str, Log, dict[str, Any]]) -> None:
@@ -102,11 +103,13 @@ def test_tensor_card_stats_and_pictures(served: tuple[str, Log, dict[str, Any]])
         info = model.tensors[name]
         card = view._repr_html_()
         for part in (name, "F32", "[256, 64]", f"[{info.start:,}, {info.end:,})", info.file):
-            assert part is not None and part in card
+            assert part is not None
+            assert part in card
         assert "byte range" in repr(view)
         log.clear()
         stats = view.stats()
-        assert stats.sample is None and stats.count == reference.size
+        assert stats.sample is None
+        assert stats.count == reference.size
         assert stats.min == pytest.approx(float(reference.min()))
         assert stats.max == pytest.approx(float(reference.max()))
         assert stats.mean == pytest.approx(float(reference.astype(np.float64).mean()))
@@ -120,7 +123,8 @@ def test_tensor_card_stats_and_pictures(served: tuple[str, Log, dict[str, Any]])
         # Over the limit: a stated sample of rows, and about that many bytes fetched.
         log.clear()
         sampled = view.stats(max_bytes=8 * 1024)
-        assert sampled.sample is not None and "rows in" in sampled.sample
+        assert sampled.sample is not None
+        assert "rows in" in sampled.sample
         assert sampled.count * 4 <= 8 * 1024
         assert received(log) <= 8 * 1024
         assert "sample:" in sampled._repr_html_()
@@ -193,7 +197,8 @@ def test_tree_command(
     assert data["tensors"] == len(tensors)
     (layers,) = [i for i in data["items"] if "section" in i]
     assert layers["section"] == f"model.layers.[0-{LAYERS - 1}]"
-    assert layers["count"] == LAYERS and layers["tensors_each"] == 2
+    assert layers["count"] == LAYERS
+    assert layers["tensors_each"] == 2
     assert data["network"]["model.safetensors.index.json"]["requests"] == 1
     assert main(["tree", f"{url}/a/"]) == 0  # piped: plain text
     text = capsys.readouterr().out

@@ -109,7 +109,8 @@ def test_view_renders_in_headless_chromium(theme: str, tmp_path: Path) -> None:
     from matplotlib.image import imread
 
     pixels = imread(shot)
-    assert pixels.shape[0] >= 1000 and pixels.shape[1] >= 1000
+    assert pixels.shape[0] >= 1000
+    assert pixels.shape[1] >= 1000
     top = pixels[:900, :1100, :3].reshape(-1, 3)
     colours = {tuple((top[i] * 255).astype(int)) for i in range(0, len(top), 7)}
     assert len(colours) > 50

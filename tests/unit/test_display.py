@@ -43,9 +43,9 @@ class Writer:
         self.offset += nbytes
 
 
-def decoder(layers: int, *, moe_from: int | None = None, last_without_mlp: bool = False) -> list[
-    TensorInfo
-]:
+def decoder(
+    layers: int, *, moe_from: int | None = None, last_without_mlp: bool = False
+) -> list[TensorInfo]:
     """A Llama-like decoder: nine tensors per layer; optionally routed experts from layer
     ``moe_from`` on, and a last layer without an MLP."""
     w = Writer()
@@ -143,7 +143,8 @@ def test_irregular_blocks_are_shown_apart() -> None:
     assert experts.count == 8
     assert experts.tensors == 3
     html = tree_html("moe", tree)
-    assert "11 \u00d7 (" in html and "8 \u00d7 (3 tensors" in html
+    assert "11 \u00d7 (" in html
+    assert "8 \u00d7 (3 tensors" in html
     assert html.index("model.layers.0") < html.index("model.layers.[1-11]")
     # A last layer without an MLP.
     tree = build_tree(decoder(8, last_without_mlp=True))
@@ -190,7 +191,8 @@ def test_html_uses_inline_styles_only() -> None:
     assert "class=" not in html.replace('class="remotetensors"', "")
     # Text inherits the theme's colour; nothing sets a page background.
     assert "color:inherit" in html
-    assert "background:#" not in html and "background:white" not in html
+    assert "background:#" not in html
+    assert "background:white" not in html
 
 
 def test_a_quantized_model_marks_packed_and_auxiliary_tensors() -> None:
@@ -213,9 +215,11 @@ def test_a_quantized_model_marks_packed_and_auxiliary_tensors() -> None:
     html = tree_html("gptq", tree)
     assert f"{human_count(count.total)} parameters ({count.total:,})" in html
     assert "elements as stored" in html
-    assert ">packed<" in html and ">aux<" in html
+    assert ">packed<" in html
+    assert ">aux<" in html
     text = tree_text("gptq", tree)
-    assert "[aux]" in text and "[packed]" in text
+    assert "[aux]" in text
+    assert "[packed]" in text
 
 
 def test_views_of_indexes_and_json() -> None:
@@ -230,7 +234,8 @@ def test_views_of_indexes_and_json() -> None:
     items = data["items"]
     assert isinstance(items, list)
     folded = [i for i in items if "section" in i]
-    assert folded[0]["count"] == 3 and folded[0]["tensors_each"] == 9
+    assert folded[0]["count"] == 3
+    assert folded[0]["tensors_each"] == 9
     card = infos[1]._repr_html_()
     for part in ("model.layers.0.input_layernorm.weight", "BF16", "[64]", "byte range", "shard"):
         assert part in card
