@@ -40,7 +40,7 @@ def model_tree(model: AsyncModel) -> Tree:
 
 
 def _summary(model: AsyncModel) -> list[str]:
-    from .reports import quantization_words
+    from .reports import declared_words, quantization_words
 
     count = model.true_count
     lines = []
@@ -48,8 +48,9 @@ def _summary(model: AsyncModel) -> list[str]:
         lines.append(f"quantized: {quantization_words(count.quantization.as_dict())}")
     if not count.exact:
         lines.append("some packed counts are upper bounds (no logical shape stored)")
-    if count.declared_total is not None:
-        lines.append(f"declared: {count.declared_total:,} (metadata total_parameters)")
+    declared = declared_words(count.total, count.declared_total)
+    if declared is not None:
+        lines.append(declared)
     memory = _memory_line(model)
     if memory:
         lines.append(memory)
