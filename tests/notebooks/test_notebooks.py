@@ -25,6 +25,7 @@ EXPECTED = {
         ">packed<",  # the quantized model's marks
         ">aux<",
         "network so far",
+        "memory to serve one sequence of 4,096 tokens",  # the quantized model's config
         # the quantized model served below, unpacked to its float model's count
         f"true count: {quantized.float_count(quantized.Arch()):,} parameters",
         "qweight",

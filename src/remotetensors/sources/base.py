@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import abc
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -100,8 +100,8 @@ class Traffic:
     requests: int = 0
     bytes: int = 0
     seconds: float = 0.0
-    _in_flight: int = 0
-    _since: float = 0.0
+    _in_flight: int = field(default=0, repr=False, compare=False)
+    _since: float = field(default=0.0, repr=False, compare=False)
 
     def _begin(self) -> None:
         self.requests += 1
