@@ -189,7 +189,9 @@ def test_compare_two_models_fetches_only_the_chosen_tensors(
 
 
 def test_tree_command(
-    served: tuple[str, Log, dict[str, Any]], capsys: pytest.CaptureFixture[str]
+    served: tuple[str, Log, dict[str, Any]],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     url, _, tensors = served
     assert main(["tree", f"{url}/a/", "--json"]) == 0
@@ -204,6 +206,13 @@ def test_tree_command(
     text = capsys.readouterr().out
     assert f"model.layers.[0-{LAYERS - 1}] \u2014 {LAYERS} \u00d7 (2 tensors" in text
     assert "network so far:" in text
+    # On a terminal: a rich tree, the same folded sections.
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
+    assert main(["tree", f"{url}/a/"]) == 0
+    shown = capsys.readouterr().out
+    assert f"model.layers.[0-{LAYERS - 1}]" in shown
+    assert f"{LAYERS} \u00d7 (2 tensors" in shown
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: False)
     assert main(["ls", f"{url}/a/", "--filter", "model.layers.*.norm.weight"]) == 0
     listed = [line.split()[0] for line in capsys.readouterr().out.splitlines()[1:]]
     assert listed == [f"model.layers.{i}.norm.weight" for i in range(LAYERS)]
