@@ -112,10 +112,12 @@ class Tree:
     files: tuple[str, ...] = field(default=())
 
 
-@dataclass(slots=True)
 class _Node:
-    tensor: Leaf | None = None
-    children: dict[str, _Node] = field(default_factory=dict)
+    __slots__ = ("children", "tensor")
+
+    def __init__(self) -> None:
+        self.tensor: Leaf | None = None
+        self.children: dict[str, _Node] = {}
 
 
 def ranges_label(indices: Iterable[int]) -> str:
@@ -129,11 +131,18 @@ def ranges_label(indices: Iterable[int]) -> str:
     return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
 
 
-def _leaves(node: _Node, prefix: str) -> Iterable[tuple[str, Leaf]]:
-    if node.tensor is not None:
-        yield prefix, node.tensor
-    for key, child in node.children.items():
-        yield from _leaves(child, f"{prefix}.{key}" if prefix else key)
+def _leaves(node: _Node, prefix: str) -> list[tuple[str, Leaf]]:
+    """(relative name, leaf) of every tensor under ``node``; a loop, not nested generators,
+    because a model has hundreds of thousands of them."""
+    found: list[tuple[str, Leaf]] = []
+    stack = [(prefix, node)]
+    while stack:
+        name, current = stack.pop()
+        if current.tensor is not None:
+            found.append((name, current.tensor))
+        for key, child in current.children.items():
+            stack.append((f"{name}.{key}" if name else key, child))
+    return found
 
 
 def _signature(node: _Node) -> tuple[tuple[object, ...], ...]:
@@ -207,7 +216,8 @@ def build_tree(
     dtypes: dict[str, int] = {}
     count = parameters = stored = nbytes = auxiliary = packed = 0
     for info in tensors:
-        role, params, packing = WEIGHT, info.num_elements, None
+        elements = info.num_elements
+        role, params, packing = WEIGHT, elements, None
         if logical is not None and info.name in logical:
             entry = logical[info.name]
             role, params, packing = entry.role, entry.num_parameters, entry.packing
@@ -215,15 +225,18 @@ def build_tree(
                 packing = None
         node = root
         for part in info.name.split("."):
-            node = node.children.setdefault(part, _Node())
+            child = node.children.get(part)
+            if child is None:
+                child = node.children[part] = _Node()
+            node = child
         node.tensor = Leaf(info.name, info, role, params, packing)
         count += 1
         parameters += params
-        stored += info.num_elements
+        stored += elements
         nbytes += info.nbytes
         auxiliary += role == AUXILIARY
         packed += packing is not None
-        dtypes[info.dtype] = dtypes.get(info.dtype, 0) + info.num_elements
+        dtypes[info.dtype] = dtypes.get(info.dtype, 0) + elements
         if info.file:
             files.setdefault(info.file)
     return Tree(
