@@ -157,7 +157,8 @@ def _table_html(rows: list[Leaf], prefix: str, show_files: bool) -> str:
         name = leaf.name or prefix.rsplit(".", 1)[-1]
         params = f"{leaf.parameters:,}" if leaf.role == "weight" else "—"
         cells = [
-            f'<td style="{_TD}">{_code(name)}{_marks_html(leaf)}</td>',
+            f'<td style="{_TD}" title="{escape(leaf.info.name)}">{_code(name)}'
+            f"{_marks_html(leaf)}</td>",
             f'<td style="{_TD}">{escape(leaf.info.dtype)}</td>',
             f'<td style="{_TD}">{escape(str(list(leaf.info.shape)))}</td>',
             f'<td style="{_TD_NUM}">{params}</td>',

@@ -173,6 +173,11 @@ class safe_open:  # safetensors' name for it, so that one import changes
         """The header's ``__metadata__``, or None; a GGUF file's typed key/value metadata."""
         return self._file.metadata()
 
+    @property
+    def traffic(self) -> Traffic:
+        """What crossed the network for this file so far: requests, bytes, seconds."""
+        return self._file.traffic
+
     def get_tensor(self, name: str) -> Any:
         """Fetch one tensor (only its bytes cross the network)."""
         return run_sync(self._file.get_tensor(name))

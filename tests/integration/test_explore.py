@@ -92,6 +92,12 @@ def test_counters_match_what_the_server_saw(served: tuple[str, Log, dict[str, An
         shard = model.tensors[name].file
         assert shard is not None
         assert shard in html
+        # One file opened alone counts the same way.
+        log.clear()
+        with rt.safe_open(f"{url}/a/{shard}") as f:
+            f.get_tensor(name)
+            assert f.traffic.requests == len(log.entries) == 2  # header window, tensor
+            assert f.traffic.bytes == received(log)
 
 
 def test_tensor_card_stats_and_pictures(served: tuple[str, Log, dict[str, Any]]) -> None:
