@@ -107,7 +107,7 @@ class TensorStats:
     def rows(self) -> list[tuple[str, str]]:
         """(label, value) pairs, as the views show them."""
         return [
-            ("values", f"{self.count:,}" + (f" ({self.sample})" if self.sample else "")),
+            ("values", f"{self.count:,}"),
             ("min", f"{self.min:.6g}"),
             ("max", f"{self.max:.6g}"),
             ("mean", f"{self.mean:.6g}"),
@@ -127,7 +127,8 @@ class TensorStats:
             picture = _img(self.histogram_png(), f"histogram of {self.name}")
         except MissingDependencyError:
             picture = f'<div style="{_MUTED}">{escape(MATPLOTLIB_HINT)}</div>'
-        note = f'<div style="{_MUTED}">{escape(self.note)}</div>' if self.note else ""
+        notes = [n for n in (self.sample, self.note) if n]
+        note = "".join(f'<div style="{_MUTED}">{escape(n)}</div>' for n in notes)
         return (
             f'<div style="{_BOX}"><div style="font-weight:600"><code>{escape(self.name)}</code>'
             f" {escape(self.dtype)} {list(self.shape)}</div>{note}"
@@ -139,7 +140,8 @@ class TensorStats:
     def __repr__(self) -> str:
         head = f"{self.name} {self.dtype} {list(self.shape)}"
         body = "\n".join(f"  {k:<7} {v}" for k, v in self.rows())
-        return f"{head}\n{body}" + (f"\n  {self.note}" if self.note else "")
+        notes = "".join(f"\n  {n}" for n in (self.sample, self.note) if n)
+        return f"{head}\n{body}{notes}"
 
 
 def tensor_stats(
