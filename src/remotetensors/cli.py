@@ -1,4 +1,4 @@
-"""The command line: ``remotetensors params|memory|info|ls|get|demo``.
+"""The command line: ``remotetensors params|memory|info|tree|ls|get|demo``.
 
 Also ``python -m remotetensors``. Every failure is one line on stderr, ``remotetensors: error:
 ...``, and exit status 1 (2 for a malformed command line, as argparse does); Ctrl-C exits with
@@ -148,6 +148,7 @@ def _parser() -> argparse.ArgumentParser:
     memory.add_argument("--batch", type=int, default=1, help="sequences at once (default 1)")
     memory.add_argument("--kv-dtype", default=None, help="KV cache dtype: bf16, f16, fp8, ...")
     location_options(command("info", "Show format, metadata, files and sizes.", _info))
+    location_options(command("tree", "Show modules as a tree, repeated blocks folded.", _tree))
     ls = command("ls", "List tensors: name, dtype, shape, size, file.", _ls)
     location_options(ls)
     ls.add_argument("--filter", default="*", metavar="GLOB", help="only names matching GLOB")
@@ -263,9 +264,19 @@ def _info(args: argparse.Namespace) -> int:
     return 0
 
 
-def _ls(args: argparse.Namespace) -> int:
+def _tree(args: argparse.Namespace) -> int:
+    from .tree_command import run_tree
+
     with opened(args) as model:
-        infos = [i for n, i in model.tensors.items() if fnmatch.fnmatch(n, args.filter)]
+        return run_tree(model, as_json=args.json)
+
+
+def _ls(args: argparse.Namespace) -> int:
+    from .tree import natural_sorted
+
+    with opened(args) as model:
+        names = natural_sorted(fnmatch.filter(model.tensors, args.filter))
+        infos = [model.tensors[n] for n in names]
     if args.json:
         print(
             json.dumps(

@@ -48,6 +48,7 @@ from .quantization import (
 )
 from .reader import AsyncTensorFile
 from .redact import redact_url
+from .sources.base import Traffic
 from .sources.http import HttpOptions
 from .sources.resolve import Place, split_location
 
@@ -97,6 +98,9 @@ class AsyncModel:
         self._true_count: ParameterCount | None = None
         self._logical_shapes: dict[str, tuple[int, ...]] = {}
         self._shape_problems: tuple[str, ...] = ()
+        # file name -> counters, shared with the place that opened the files; it also holds
+        # what discovery cost (probes that found nothing, the index, configs).
+        self._traffic: dict[str, Traffic] = {}
 
     def _set_configs(self, configs: ConfigFiles) -> None:
         self.configs = configs
@@ -149,6 +153,23 @@ class AsyncModel:
             problems = (*configs.problems, *self._shape_problems, *count.problems)
             self._true_count = replace(count, problems=problems)
         return self._true_count
+
+    # --- what crossed the network --------------------------------------------------------------
+
+    @property
+    def traffic_by_file(self) -> dict[str, Traffic]:
+        """File name -> requests, bytes and seconds so far: every file opened for this model,
+        the index, configs and probes for files that were not there included."""
+        traffic = dict(self._traffic)
+        for name, file in self._files.items():
+            traffic.setdefault(name, file.traffic)
+        return traffic
+
+    @property
+    def traffic(self) -> Traffic:
+        """What crossed the network for this model so far, over all its files (``seconds`` is
+        summed over files, which are read concurrently: an upper bound of the wall time)."""
+        return Traffic.total(self.traffic_by_file.values())
 
     # --- what the headers say --------------------------------------------------------------
 
@@ -343,18 +364,14 @@ class AsyncModel:
         await self.aclose()
 
     def _repr_html_(self) -> str:
-        from .display import html_view
-        from .reports import true_count_lines
+        from .explore import model_html
 
-        count = self.true_count
-        quantized = count.quantization is not None or count.total != count.stored_total
-        return html_view(
-            self.location,
-            self.tensors.values(),
-            show_files=True,
-            summary=true_count_lines(count) if quantized or count.declared_total else (),
-            counted_as="elements as stored" if quantized else "parameters",
-        )
+        return model_html(self)
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        from .explore import model_text
+
+        printer.text(repr(self) if cycle else model_text(self))
 
     def __repr__(self) -> str:
         return (
@@ -426,6 +443,7 @@ async def load_model(
             configs_task.cancel()
             await asyncio.gather(configs_task, return_exceptions=True)
             raise
+        model._traffic = place.traffic
         try:
             model._set_configs(await configs_task)
             await model._read_logical_shapes()

@@ -29,11 +29,14 @@ if TYPE_CHECKING:
     import numpy.typing as npt
 
     from .configs import ConfigFiles
+    from .explore import TensorView
     from .index import FileIndex, ModelIndex, TensorInfo
     from .memory import MemoryEstimate
     from .quantization import LogicalTensor, ParameterCount, Quantization
     from .reader import AsyncTensorSlice
+    from .sources.base import Traffic
     from .sources.http import HttpOptions
+    from .tree import Tree
 
 T = TypeVar("T")
 
@@ -200,6 +203,11 @@ class safe_open:  # safetensors' name for it, so that one import changes
         """The header's ``__metadata__``, or None; a GGUF file's typed key/value metadata."""
         return self._file.metadata()
 
+    @property
+    def traffic(self) -> Traffic:
+        """What crossed the network for this file so far: requests, bytes, seconds."""
+        return self._file.traffic
+
     def get_tensor(self, name: str) -> Any:
         """Fetch one tensor (only its bytes cross the network)."""
         return run_sync(self._file.get_tensor(name))
@@ -347,6 +355,43 @@ class Model:
         """Total bytes of tensor data."""
         return self._model.nbytes
 
+    @property
+    def traffic(self) -> Traffic:
+        """What crossed the network for this model so far: requests, bytes, seconds."""
+        return self._model.traffic
+
+    @property
+    def traffic_by_file(self) -> dict[str, Traffic]:
+        """File name -> what crossed the network for it (index, configs and probes too)."""
+        return self._model.traffic_by_file
+
+    def tree(self) -> Tree:
+        """The tensors as a tree of modules, repeated blocks folded (see :mod:`.tree`)."""
+        from .explore import model_tree
+
+        return model_tree(self._model)
+
+    def tensor(self, name: str) -> TensorView:
+        """A view of one tensor: its card (name, dtype, shape, bytes, shard, byte range) and,
+        on request, ``.stats()``, ``.heatmap()``, ``.get()``; nothing is fetched here.
+
+        Raises:
+            TensorNotFoundError: the model has no such tensor.
+        """
+        from .explore import TensorView
+
+        self._model.select([name])
+        return TensorView(self, self.tensors[name], self._model.logical_tensors.get(name))
+
+    def _fetch_rows(self, name: str, blocks: list[tuple[int, int]]) -> list[Any]:
+        """Row blocks ``[(start, stop), ...]`` of tensor ``name``, fetched concurrently."""
+        view = self._model.get_slice(name)
+
+        async def fetch() -> list[Any]:
+            return list(await asyncio.gather(*(view[a:b] for a, b in blocks)))
+
+        return run_sync(fetch())
+
     def get_tensor(self, name: str) -> Any:
         """Fetch one tensor from its shard."""
         return run_sync(self._model.get_tensor(name))
@@ -385,6 +430,9 @@ class Model:
 
     def _repr_html_(self) -> str:
         return self._model._repr_html_()
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        self._model._repr_pretty_(printer, cycle)
 
     def __repr__(self) -> str:
         return repr(self._model).replace("AsyncModel", "Model", 1)

@@ -100,6 +100,11 @@ PUBLIC_NAMES = {
     "ParameterCount",
     "Quantization",
     "AmbiguousModelError",
+    "Comparison",
+    "TensorStats",
+    "TensorView",
+    "Traffic",
+    "compare",
 }
 
 
