@@ -5,8 +5,10 @@ from __future__ import annotations
 from .checksum import verify_checksum, verify_checksum_async
 from .dtypes import DTYPES, DType
 from .errors import (
+    BackendError,
     BadResponseError,
     ChecksumMismatchError,
+    DropInError,
     FileClosedError,
     FrameworkError,
     HeaderError,
@@ -37,10 +39,12 @@ __all__ = [
     "AsyncModel",
     "AsyncTensorFile",
     "AsyncTensorSlice",
+    "BackendError",
     "BadResponseError",
     "ByteRange",
     "ChecksumMismatchError",
     "DType",
+    "DropInError",
     "FileClosedError",
     "FileIndex",
     "FrameworkError",

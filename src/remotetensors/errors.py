@@ -4,15 +4,68 @@ Every exception raised on purpose by this package derives from :class:`RemoteTen
 Each leaf also derives from the builtin exception a user would naturally catch, so code written
 against ``safetensors`` or plain Python (``except KeyError``, ``except FileNotFoundError``) keeps
 working. Messages name the location, what was expected and what was seen.
+
+Drop-in compatibility: the errors that ``safetensors.safe_open`` raises as its own
+``SafetensorError`` (a malformed header, a bad slice, a closed file, an unknown tensor, framework,
+device or backend, a dtype it cannot hand over) are, on our side, leaves of
+:class:`DropInError`. When ``safetensors`` or ``bintensors`` is installed, ``DropInError`` also
+derives from ``safetensors.SafetensorError`` and ``bintensors.BintensorError``, so code written
+for either package catches our failures in the same places without a change. The classes are
+looked up once, at import (about 1 ms each when installed, nothing when not).
 """
 
 from __future__ import annotations
 
 import enum
+import importlib
+from typing import TYPE_CHECKING
 
 
 class RemoteTensorsError(Exception):
     """Root of every error raised by remotetensors."""
+
+
+def _reference_error_classes() -> tuple[type[Exception], ...]:
+    """The exception classes of the installed reference readers (safetensors, bintensors)."""
+    found: list[type[Exception]] = []
+    for module_name, class_name in (
+        ("safetensors", "SafetensorError"),
+        ("bintensors", "BintensorError"),
+    ):
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError:
+            continue
+        cls = getattr(module, class_name, None)
+        if isinstance(cls, type) and issubclass(cls, Exception):
+            found.append(cls)
+    return tuple(found)
+
+
+REFERENCE_ERRORS: tuple[type[Exception], ...] = _reference_error_classes()
+"""``safetensors.SafetensorError`` and ``bintensors.BintensorError``, those that are installed."""
+
+if TYPE_CHECKING:
+    # mypy cannot follow a computed list of bases; to it, DropInError is a plain root leaf.
+    class DropInError(RemoteTensorsError):
+        """An error that ``safetensors.safe_open`` raises as its ``SafetensorError``."""
+
+else:
+    # Built with type() because a class statement cannot take a list of bases known only at
+    # import time. The reference classes are plain Exception subclasses (same C layout as
+    # ValueError, KeyError and IndexError), so they combine with the builtins below.
+    DropInError = type(
+        "DropInError",
+        (RemoteTensorsError, *REFERENCE_ERRORS),
+        {
+            "__doc__": (
+                "An error that ``safetensors.safe_open`` raises as its ``SafetensorError``; also "
+                "an instance of ``safetensors.SafetensorError`` and "
+                "``bintensors.BintensorError`` when those packages are installed."
+            ),
+            "__module__": __name__,
+        },
+    )
 
 
 class HeaderErrorKind(str, enum.Enum):
@@ -33,7 +86,7 @@ class HeaderErrorKind(str, enum.Enum):
     DUPLICATE_NAME = "duplicate tensor name"
 
 
-class HeaderError(RemoteTensorsError, ValueError):
+class HeaderError(DropInError, ValueError):
     """A file's header is malformed; ``kind`` says which rule failed.
 
     Attributes:
@@ -53,7 +106,7 @@ class HeaderError(RemoteTensorsError, ValueError):
         return HeaderError(self.kind, self.detail, location=location)
 
 
-class TensorNotFoundError(RemoteTensorsError, KeyError):
+class TensorNotFoundError(DropInError, KeyError):
     """A tensor name that the file or model does not hold."""
 
     def __init__(self, message: str, *, name: str) -> None:
@@ -65,20 +118,24 @@ class TensorNotFoundError(RemoteTensorsError, KeyError):
         return str(self.args[0])
 
 
-class SliceError(RemoteTensorsError, IndexError):
+class SliceError(DropInError, IndexError):
     """An index expression that ``get_slice`` cannot apply to a tensor."""
 
 
-class UnsupportedDtypeError(RemoteTensorsError, TypeError):
+class UnsupportedDtypeError(DropInError, TypeError):
     """A dtype that cannot be turned into the requested array type."""
 
 
-class FileClosedError(RemoteTensorsError, ValueError):
+class FileClosedError(DropInError, ValueError):
     """A call on a file or model after its context was closed."""
 
 
-class FrameworkError(RemoteTensorsError, ValueError):
-    """An unknown ``framework=`` value, or a framework that is not installed."""
+class FrameworkError(DropInError, ValueError):
+    """An unknown ``framework=`` or ``device=`` value, or a framework that is not installed."""
+
+
+class BackendError(DropInError, ValueError):
+    """An unknown ``backend=`` value of ``safe_open`` (the reference's are "mmap" and "pread")."""
 
 
 class NotFoundError(RemoteTensorsError, FileNotFoundError):

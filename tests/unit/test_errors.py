@@ -54,7 +54,9 @@ def test_tensor_not_found_reads_well() -> None:
 
 PUBLIC_NAMES = {
     "DTYPES",
+    "BackendError",
     "BadResponseError",
+    "DropInError",
     "ByteRange",
     "DType",
     "FileClosedError",
