@@ -59,9 +59,9 @@ def check_backend(backend: object) -> str:
         BackendError: a string other than ``"mmap"`` or ``"pread"`` (the reference's message).
     """
     if not isinstance(backend, str):
-        raise TypeError(
-            f"argument 'backend': {type(backend).__name__!r} object is not an instance of 'str'"
-        )
+        # pyo3's wording, which names None by itself and any other value by its type.
+        seen = "'None'" if backend is None else f"{type(backend).__name__!r} object"
+        raise TypeError(f"argument 'backend': {seen} is not an instance of 'str'")
     if backend not in BACKENDS:
         expected = ", ".join(f'"{name}"' for name in BACKENDS)
         raise BackendError(f'backend "{backend}" is invalid (expected one of: {expected})')
