@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import enum
 import importlib
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 
 class RemoteTensorsError(Exception):
@@ -68,6 +68,11 @@ else:
     )
 
 
+def _rebuild(cls: type[Exception], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Exception:
+    """Unpickle an error whose constructor takes keyword-only arguments."""
+    return cls(*args, **kwargs)
+
+
 class HeaderErrorKind(str, enum.Enum):
     """Which validation rule a header broke, in the order the reference reader applies them."""
 
@@ -105,6 +110,11 @@ class HeaderError(DropInError, ValueError):
         """Return the same error naming ``location``."""
         return HeaderError(self.kind, self.detail, location=location)
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Errors cross process boundaries (multiprocessing, DataLoader workers) pickled; the
+        # default rebuilds from ``args`` alone, which lacks the keyword-only location.
+        return (_rebuild, (type(self), (self.kind, self.detail), {"location": self.location}))
+
 
 class TensorNotFoundError(DropInError, KeyError):
     """A tensor name that the file or model does not hold."""
@@ -116,6 +126,9 @@ class TensorNotFoundError(DropInError, KeyError):
     def __str__(self) -> str:
         # KeyError quotes its argument; keep the message readable.
         return str(self.args[0])
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild, (type(self), tuple(self.args), {"name": self.name}))
 
 
 class SliceError(DropInError, IndexError):

@@ -9,6 +9,7 @@ missing file's message.
 from __future__ import annotations
 
 import json
+import pickle
 import struct
 from collections.abc import Callable
 from pathlib import Path
@@ -68,9 +69,12 @@ def raw_file(tensors: dict[str, tuple[str, list[int], bytes]]) -> bytes:
 
 
 def raised(call: Callable[[], object]) -> BaseException:
-    with pytest.raises(Exception) as info:
+    """What ``call`` raises (reference or ours); the caller compares the two."""
+    try:
         call()
-    return info.value
+    except Exception as exc:
+        return exc
+    pytest.fail(f"{call} raised nothing")
 
 
 # --- backend= ----------------------------------------------------------------------------------
@@ -346,3 +350,27 @@ def test_f4_with_an_odd_last_dimension_is_refused_for_torch(
     assert "even last dimension" in str(error)
     with rt.safe_open(location, framework="np") as f:
         assert f.get_tensor("t").shape == (2, 3)
+
+
+# --- errors survive pickling (safetensors #684: they cross process boundaries) --------------------
+
+
+def test_every_drop_in_error_survives_pickling(
+    place: Callable[[str, bytes], tuple[str, str]],
+) -> None:
+    _, good = place("pickle.safetensors", small_file())
+    _, bad = place("pickle-bad.safetensors", b"\x05\0\0\0\0\0\0\0{abcd")
+    with rt.safe_open(good, framework="np") as f:
+        errors = [raised(lambda: f.get_tensor("zz")), raised(lambda: f.get_slice("a")[20])]
+    errors.append(raised(f.keys))
+    errors.append(raised(lambda: rt.safe_open(bad, framework="np")))
+    errors.append(raised(lambda: rt.safe_open(good, framework="np", backend="x")))
+    reference = safetensors.SafetensorError("Error while deserializing header")
+    assert str(pickle.loads(pickle.dumps(reference))) == str(reference)
+    for error in errors:
+        restored = pickle.loads(pickle.dumps(error))
+        assert type(restored) is type(error)
+        assert isinstance(restored, safetensors.SafetensorError)
+        assert str(restored) == str(error)
+        assert restored.args == error.args
+        assert vars(restored) == vars(error)
