@@ -243,9 +243,10 @@ def test_a_missing_local_file_says_what_the_reference_says(
 
 
 def small_bt_file() -> bytes:
-    return bintensors.numpy.save(
+    data: bytes = bintensors.numpy.save(
         {"a": np.arange(50, dtype=np.float32).reshape(10, 5), "b": np.ones(3, np.int64)}
     )
+    return data
 
 
 @pytest.mark.parametrize("index", [np.s_[2:, -6], np.s_[[0, 1]], np.s_[2:, 20], np.s_[:20]])
