@@ -69,13 +69,14 @@ def check_backend(backend: object) -> str:
 
 
 def check_device(device: object, framework: str) -> None:
-    """Accept only the CPU: every array is built in host memory.
+    """Accept only the CPU (``"cpu"`` or ``torch.device("cpu")``): arrays live in host memory.
 
     Raises:
         FrameworkError: any other device, in the reference's words
             ("Device cuda is not supported for framework numpy") and ours.
     """
-    if device != "cpu":
+    # str() also accepts torch.device("cpu"), which the reference refuses.
+    if str(device) != "cpu":
         raise FrameworkError(
             f"Device {device} is not supported for framework {framework}: remotetensors builds "
             "arrays in host memory only (device='cpu'); move them afterwards"

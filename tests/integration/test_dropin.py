@@ -199,6 +199,8 @@ def test_unknown_tensor_framework_and_device_raise_what_the_reference_raises(
     # The reference names the device it normalised ("cuda:0"); ours names it as given.
     assert str(ref).startswith("Device cuda")
     assert str(ours).startswith("Device cuda is not supported for framework numpy")
+    with rt.safe_open(location, framework="np", device="cpu") as f:
+        assert f.keys() == ["a", "b"]
 
 
 @pytest.mark.parametrize(
