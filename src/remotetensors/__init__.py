@@ -5,14 +5,17 @@ from __future__ import annotations
 from .checksum import verify_checksum, verify_checksum_async
 from .dtypes import DTYPES, DType
 from .errors import (
+    AmbiguousModelError,
     BackendError,
     BadResponseError,
     ChecksumMismatchError,
+    ConfigWarning,
     DropInError,
     FileClosedError,
     FrameworkError,
     HeaderError,
     HeaderErrorKind,
+    MissingDependencyError,
     NotFoundError,
     PermissionDeniedError,
     RangeNotSupportedError,
@@ -25,8 +28,10 @@ from .errors import (
     UnsupportedDtypeError,
 )
 from .index import FileIndex, ModelIndex, TensorInfo, parameter_count
+from .memory import MemoryEstimate
 from .model import AsyncModel, open_model_async
 from .options import ReadOptions
+from .quantization import LogicalTensor, ParameterCount, Quantization
 from .ranges import ByteRange
 from .reader import AsyncTensorFile, AsyncTensorSlice
 from .sources.http import HttpOptions
@@ -36,6 +41,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "DTYPES",
+    "AmbiguousModelError",
     "AsyncModel",
     "AsyncTensorFile",
     "AsyncTensorSlice",
@@ -43,6 +49,7 @@ __all__ = [
     "BadResponseError",
     "ByteRange",
     "ChecksumMismatchError",
+    "ConfigWarning",
     "DType",
     "DropInError",
     "FileClosedError",
@@ -51,10 +58,15 @@ __all__ = [
     "HeaderError",
     "HeaderErrorKind",
     "HttpOptions",
+    "LogicalTensor",
+    "MemoryEstimate",
+    "MissingDependencyError",
     "Model",
     "ModelIndex",
     "NotFoundError",
+    "ParameterCount",
     "PermissionDeniedError",
+    "Quantization",
     "RangeNotSupportedError",
     "ReadOptions",
     "RemoteFileChangedError",

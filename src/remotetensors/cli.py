@@ -1,7 +1,8 @@
-"""The command line: ``remotetensors params|info|ls|get|demo`` (also ``python -m remotetensors``).
+"""The command line: ``remotetensors params|memory|info|ls|get|demo``.
 
-Every library error becomes one line on stderr and exit status 1; Ctrl-C exits with 130.
-Tables use rich in a terminal and plain columns when piped; ``--json`` prints data as JSON.
+Also ``python -m remotetensors``. Every library error becomes one line on stderr and exit
+status 1; Ctrl-C exits with 130. Tables use rich in a terminal and plain columns when piped;
+``--json`` prints data as JSON.
 """
 
 from __future__ import annotations
@@ -17,9 +18,11 @@ from typing import Any
 import numpy as np
 
 from .demo import CountingServer, write_safetensors, write_sample_checkpoint
-from .display import human_bytes, human_count, plain_table
+from .display import human_bytes, human_count, plain_table, shown_metadata
 from .errors import RemoteTensorsError
+from .formats.gguf import describe_lines
 from .options import ReadOptions
+from .reports import memory_report, memory_text, params_report, params_text
 from .sync import Model, open_model
 
 
@@ -45,7 +48,7 @@ def main_exit() -> None:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="remotetensors",
-        description="Read safetensors and bintensors files where they live.",
+        description="Read safetensors, bintensors and GGUF files where they live.",
     )
     commands = parser.add_subparsers(required=True, metavar="COMMAND")
 
@@ -66,10 +69,20 @@ def _parser() -> argparse.ArgumentParser:
             help="fsspec storage option (repeatable), e.g. --option endpoint_url=http://...",
         )
         sub.add_argument("--concurrency", type=int, default=None, help="requests in flight")
+        sub.add_argument(
+            "--file", help="a file in the folder or repo (e.g. one of several GGUF files)"
+        )
         if json_flag:
             sub.add_argument("--json", action="store_true", help="print JSON")
 
-    location_options(command("params", "Count parameters by dtype.", _params))
+    location_options(
+        command("params", "Count parameters: the true total, then by dtype as stored.", _params)
+    )
+    memory = command("memory", "Memory to serve: weights as stored plus the KV cache.", _memory)
+    location_options(memory)
+    memory.add_argument("--context", type=int, default=None, help="tokens per sequence")
+    memory.add_argument("--batch", type=int, default=1, help="sequences at once (default 1)")
+    memory.add_argument("--kv-dtype", default=None, help="KV cache dtype: bf16, f16, fp8, ...")
     location_options(command("info", "Show format, metadata, files and sizes.", _info))
     ls = command("ls", "List tensors: name, dtype, shape, size, file.", _ls)
     location_options(ls)
@@ -91,8 +104,11 @@ def _open(args: argparse.Namespace) -> Model:
             raise ValueError(f"--option wants KEY=VALUE, got {item!r}")
         storage[key] = value
     options = ReadOptions(max_concurrency=args.concurrency) if args.concurrency else None
+    location = args.location
+    if args.file:
+        location = f"{location.rstrip('/')}/{args.file.lstrip('/')}"
     return open_model(
-        args.location,
+        location,
         revision=args.revision,
         token=args.token,
         storage_options=storage or None,
@@ -119,14 +135,22 @@ def _print_table(headers: list[str], rows: list[list[str]], title: str | None = 
 
 def _params(args: argparse.Namespace) -> int:
     with _open(args) as model:
-        counts = model.parameter_count()
-        total, nbytes, files = model.num_parameters, model.nbytes, len(model.files)
+        report = params_report(model)
     if args.json:
-        print(json.dumps({"total": total, "by_dtype": counts, "bytes": nbytes, "files": files}))
+        print(json.dumps(report))
         return 0
-    print(f"{human_count(total)} parameters ({total:,}), {human_bytes(nbytes)} in {files} file(s)")
-    rows = [[dtype, f"{n:,}", human_count(n)] for dtype, n in counts.items()]
-    _print_table(["dtype", "parameters", "human"], rows)
+    lines, headers, rows = params_text(report)
+    print("\n".join(lines))
+    _print_table(headers, rows)
+    return 0
+
+
+def _memory(args: argparse.Namespace) -> int:
+    with _open(args) as model:
+        report = memory_report(
+            model, context=args.context, batch=args.batch, kv_dtype=args.kv_dtype
+        )
+    print(json.dumps(report) if args.json else "\n".join(memory_text(report)))
     return 0
 
 
@@ -138,7 +162,7 @@ def _info(args: argparse.Namespace) -> int:
                 "header_bytes": index.header_length,
                 "file_bytes": index.file_size,
                 "tensors": len(index),
-                "metadata": dict(index.metadata) if index.metadata is not None else None,
+                "metadata": shown_metadata(index.format, index.metadata, index.tensors),
             }
             for name, index in model.index.files.items()
         }
@@ -150,7 +174,9 @@ def _info(args: argparse.Namespace) -> int:
             "dtypes": dtypes,
             "parameters": model.num_parameters,
             "bytes": model.nbytes,
-            "metadata": dict(model.metadata) if model.metadata is not None else None,
+            "metadata": shown_metadata(
+                next(iter(files.values()))["format"], model.metadata, model.tensors
+            ),
             "unmapped": list(model.index.unmapped),
         }
     if args.json:
@@ -162,7 +188,9 @@ def _info(args: argparse.Namespace) -> int:
     print(f"  tensors:    {result['tensors']} ({', '.join(dtypes)})")
     print(f"  parameters: {human_count(model.num_parameters)} ({model.num_parameters:,})")
     print(f"  data:       {human_bytes(model.nbytes)}")
-    if result["metadata"]:
+    if "gguf" in formats and result["metadata"]:
+        print(describe_lines(result["metadata"], model.num_parameters, model.nbytes))
+    elif result["metadata"]:
         print(f"  metadata:   {json.dumps(result['metadata'])}")
     rows = [
         [name, str(len(index)), human_bytes(index.header_length), human_bytes(index.file_size)]

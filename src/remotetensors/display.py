@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from html import escape
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .index import TensorInfo
@@ -38,6 +38,20 @@ def plain_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     return "\n".join(lines)
 
 
+def shown_metadata(
+    file_format: str, metadata: Mapping[str, Any] | None, tensors: Mapping[str, TensorInfo]
+) -> dict[str, Any] | None:
+    """Metadata as ``info`` shows it: as is, except GGUF's, which is summarised (architecture,
+    context length, quantization, tokenizer size; arrays by their length, not their contents)."""
+    if metadata is None:
+        return None
+    if file_format == "gguf":
+        from .formats.gguf import describe
+
+        return describe(metadata, tensors)
+    return dict(metadata)
+
+
 # --- HTML for notebooks ------------------------------------------------------------------------
 
 MAX_GROUPS_SHOWN = 40
@@ -57,8 +71,20 @@ def module_of(name: str) -> str:
     return ".".join(parts[:-1]) or name
 
 
-def html_view(title: str, tensors: Iterable[TensorInfo], *, show_files: bool = False) -> str:
-    """An HTML summary: totals by dtype, then tensors grouped by module in collapsible sections."""
+def html_view(
+    title: str,
+    tensors: Iterable[TensorInfo],
+    *,
+    show_files: bool = False,
+    summary: Sequence[str] = (),
+    counted_as: str = "parameters",
+) -> str:
+    """An HTML summary: totals by dtype, then tensors grouped by module in collapsible sections.
+
+    ``summary`` lines (plain text) go first, under the title; ``counted_as`` names what the
+    element counts are (``"elements as stored"`` for a quantized model, whose true count is in
+    the summary).
+    """
     infos = list(tensors)
     groups: dict[str, list[TensorInfo]] = {}
     for info in infos:
@@ -70,8 +96,9 @@ def html_view(title: str, tensors: Iterable[TensorInfo], *, show_files: bool = F
     nbytes = sum(i.nbytes for i in infos)
     parts = [
         "<div class='remotetensors'>",
-        f"<b>{escape(title)}</b>: {len(infos):,} tensors, {human_count(total)} parameters "
+        f"<b>{escape(title)}</b>: {len(infos):,} tensors, {human_count(total)} {counted_as} "
         f"({total:,}), {human_bytes(nbytes)}",
+        *(f"<br>{escape(line)}" for line in summary),
         "<br>by dtype: "
         + ", ".join(f"{escape(d)} {human_count(n)}" for d, n in sorted(counts.items())),
     ]

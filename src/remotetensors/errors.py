@@ -89,6 +89,16 @@ class HeaderErrorKind(str, enum.Enum):
     # bintensors only: its header is bincode, and duplicate tensor names are an error there.
     INVALID_BINCODE = "invalid bincode header"
     DUPLICATE_NAME = "duplicate tensor name"
+    # GGUF only: its binary header has rules of its own, and limits against hostile headers.
+    INVALID_MAGIC = "not a GGUF file"
+    UNSUPPORTED_VERSION = "unsupported GGUF version"
+    TRUNCATED = "truncated GGUF header"
+    INVALID_VALUE_TYPE = "invalid GGUF value type"
+    STRING_TOO_LONG = "GGUF string too long"
+    ARRAY_TOO_LONG = "GGUF array too long"
+    TOO_MANY_DIMS = "too many tensor dims"
+    INVALID_METADATA = "invalid GGUF metadata"
+    MISALIGNED_TENSOR = "misaligned GGUF tensor offset"
 
 
 class HeaderError(DropInError, ValueError):
@@ -114,6 +124,21 @@ class HeaderError(DropInError, ValueError):
         # Errors cross process boundaries (multiprocessing, DataLoader workers) pickled; the
         # default rebuilds from ``args`` alone, which lacks the keyword-only location.
         return (_rebuild, (type(self), (self.kind, self.detail), {"location": self.location}))
+
+
+class AmbiguousModelError(RemoteTensorsError, ValueError):
+    """A folder or repo holds several models (GGUF files) and the location does not say which.
+
+    Attributes:
+        choices: the files (or first parts of split files) to choose from.
+    """
+
+    def __init__(self, message: str, *, choices: list[str]) -> None:
+        self.choices = choices
+        super().__init__(message)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild, (type(self), tuple(self.args), {"choices": self.choices}))
 
 
 class TensorNotFoundError(DropInError, KeyError):
@@ -151,6 +176,10 @@ class BackendError(DropInError, ValueError):
     """An unknown ``backend=`` value of ``safe_open`` (the reference's are "mmap" and "pread")."""
 
 
+class MissingDependencyError(RemoteTensorsError, ImportError):
+    """An optional dependency is not installed; the message names the extra to install."""
+
+
 class NotFoundError(RemoteTensorsError, FileNotFoundError):
     """The location does not exist (HTTP 404, a missing object or path)."""
 
@@ -185,3 +214,9 @@ class ChecksumMismatchError(RemoteTensorsError, ValueError):
 
 class RemoteFileChangedError(RemoteTensorsError, OSError):
     """The file changed between two requests (its validator, e.g. the ETag, no longer matches)."""
+
+
+class ConfigWarning(RemoteTensorsError, UserWarning):
+    """A warning, not an error: a config that cannot be used as it is (not JSON, an unknown
+    quantization method, one that contradicts the tensors). The model still opens and is
+    counted from its tensors; the message names the file."""

@@ -10,15 +10,17 @@ from .assemble import OutputArray
 from .errors import FileClosedError, TensorNotFoundError
 from .fetch import Target, fetch_into
 from .formats import parse_any_header
+from .formats.gguf import looks_like_gguf
 from .formats.safetensors import PREFIX_BYTES, header_length
 from .frameworks import check_framework, convert
-from .options import ReadOptions
+from .options import DEFAULT_CHUNK_BYTES, ReadOptions
 from .ranges import ByteRange
 from .slicing import plan_slice
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
+    import dask.array as da
     import numpy.typing as npt
 
     from .index import FileIndex, TensorInfo
@@ -28,7 +30,8 @@ if TYPE_CHECKING:
 async def read_index(source: ByteSource, options: ReadOptions) -> tuple[FileIndex, bytes]:
     """Read and validate a file's header: one request, two when it is longer than the window.
 
-    The format (safetensors or bintensors) is told by the header's first byte.
+    The format (safetensors or bintensors) is told by the header's first byte; GGUF by its
+    magic, and its header may take a few more requests (see :mod:`remotetensors.gguf_reading`).
 
     Returns:
         The index, and the bytes of the file already fetched (bytes ``[0, k)``), which later
@@ -40,6 +43,10 @@ async def read_index(source: ByteSource, options: ReadOptions) -> tuple[FileInde
     """
     prefix = await source.open_prefix(options.header_window_bytes)
     data = prefix.data
+    if looks_like_gguf(data):
+        from .gguf_reading import read_gguf_index
+
+        return await read_gguf_index(source, prefix)
     n = header_length(data, file_size=prefix.size, location=source.location)
     needed = PREFIX_BYTES + n
     if len(data) < needed:
@@ -86,6 +93,10 @@ class AsyncTensorFile:
         except BaseException:
             await source.aclose()
             raise
+        if index.format == "gguf":
+            from .gguf_reading import AsyncGGUFFile
+
+            return AsyncGGUFFile(source, index, prefix, options=options, framework=framework)
         return cls(source, index, prefix, options=options, framework=framework)
 
     # --- what the header says ----------------------------------------------------------------
@@ -110,8 +121,8 @@ class AsyncTensorFile:
         self._check_open()
         return self._index.offset_keys()
 
-    def metadata(self) -> dict[str, str] | None:
-        """The header's ``__metadata__``, or None."""
+    def metadata(self) -> dict[str, Any] | None:
+        """The header's ``__metadata__``, or None; a GGUF file's typed key/value metadata."""
         self._check_open()
         meta = self._index.metadata
         return None if meta is None else dict(meta)
@@ -168,6 +179,19 @@ class AsyncTensorFile:
     def get_slice(self, name: str) -> AsyncTensorSlice:
         """A lazy view of tensor ``name``; index it and await the result to fetch only that."""
         return AsyncTensorSlice(self, self.info(name))
+
+    def to_dask(self, name: str, *, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> da.Array:
+        """Tensor ``name`` as a lazy Dask array whose chunks (about ``chunk_bytes`` of whole
+        rows each) are range reads; workers in other processes read this same file version.
+
+        Raises:
+            TensorNotFoundError: the file has no such tensor.
+            MissingDependencyError: dask is not installed (``pip install "remotetensors[dask]"``).
+        """
+        from .dask import tensor_to_dask
+
+        info = self.info(name)
+        return tensor_to_dask(self._source.recipe(), info, self._options, chunk_bytes=chunk_bytes)
 
     async def _read_slice(self, info: TensorInfo, index: Any) -> Any:
         self._check_open()

@@ -11,22 +11,26 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from .frameworks import check_backend, check_device
 from .model import AsyncModel, load_model
 from .opening import Opening
-from .options import ReadOptions
+from .options import DEFAULT_CHUNK_BYTES, ReadOptions
 from .reader import AsyncTensorFile
 from .sources.resolve import open_source
 
 if TYPE_CHECKING:
     from collections.abc import Coroutine, Iterable, Mapping
 
+    import dask.array as da
     import numpy as np
     import numpy.typing as npt
 
+    from .configs import ConfigFiles
     from .index import FileIndex, ModelIndex, TensorInfo
+    from .memory import MemoryEstimate
+    from .quantization import LogicalTensor, ParameterCount, Quantization
     from .reader import AsyncTensorSlice
     from .sources.http import HttpOptions
 
@@ -170,8 +174,8 @@ class safe_open:  # safetensors' name for it, so that one import changes
         """Tensor names in data order."""
         return self._file.offset_keys()
 
-    def metadata(self) -> dict[str, str] | None:
-        """The header's ``__metadata__``, or None."""
+    def metadata(self) -> dict[str, Any] | None:
+        """The header's ``__metadata__``, or None; a GGUF file's typed key/value metadata."""
         return self._file.metadata()
 
     def get_tensor(self, name: str) -> Any:
@@ -189,6 +193,10 @@ class safe_open:  # safetensors' name for it, so that one import changes
     def get_slice(self, name: str) -> TensorSlice:
         """A lazy view: ``f.get_slice("embed")[1000:2000]`` fetches only those rows."""
         return TensorSlice(self._file.get_slice(name))
+
+    def to_dask(self, name: str, *, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> da.Array:
+        """Tensor ``name`` as a lazy Dask array of range-read chunks (no IO until computed)."""
+        return self._file.to_dask(name, chunk_bytes=chunk_bytes)
 
     def close(self) -> None:
         """Release connections; later calls raise FileClosedError ("File is closed")."""
@@ -264,14 +272,53 @@ class Model:
         """Tensor names, sorted."""
         return self._model.keys()
 
+    @property
+    def config(self) -> dict[str, Any] | None:
+        """``config.json`` beside the weights, parsed; ``None`` when absent or unusable."""
+        return self._model.config
+
+    @property
+    def configs(self) -> ConfigFiles:
+        """``config.json`` and ``quantization_config.json`` as found, with their locations and
+        any problem reading them."""
+        return self._model.configs
+
+    @property
+    def quantization(self) -> Quantization | None:
+        """How the checkpoint is quantized (method, bits, group size, …), or ``None``."""
+        return self._model.quantization
+
+    @property
+    def true_count(self) -> ParameterCount:
+        """The true count, exact or an upper bound, with each tensor's role and logical size."""
+        return self._model.true_count
+
+    @property
+    def logical_tensors(self) -> Mapping[str, LogicalTensor]:
+        """name -> role (weight or quantization bookkeeping) and logical size, per tensor."""
+        return self._model.logical_tensors
+
     def parameter_count(self) -> dict[str, int]:
-        """Elements per dtype, as the hub counts them."""
+        """Elements per dtype as stored, as the hub and huggingface_hub count them (packed
+        containers and quantization bookkeeping included); see :attr:`num_parameters`."""
         return self._model.parameter_count()
 
     @property
     def num_parameters(self) -> int:
-        """Total number of parameters."""
+        """The true parameter count: what the unquantized model had."""
         return self._model.num_parameters
+
+    @property
+    def stored_parameters(self) -> int:
+        """Elements as stored, over all tensors."""
+        return self._model.stored_parameters
+
+    def memory(
+        self, context: int | None = None, *, batch: int = 1, kv_dtype: str | None = None
+    ) -> MemoryEstimate:
+        """Weights as stored plus the KV cache for ``batch`` sequences of ``context`` tokens;
+        no IO (the config came with the model)."""
+        return self._model.memory(context, batch=batch, kv_dtype=kv_dtype)
 
     @property
     def nbytes(self) -> int:
@@ -289,6 +336,20 @@ class Model:
     def get_slice(self, name: str) -> TensorSlice:
         """A lazy view: ``m.get_slice("embed")[1000:2000]`` fetches only those rows."""
         return TensorSlice(self._model.get_slice(name))
+
+    # A str is also an Iterable[str]; the first overload wins for it, as in typeshed.
+    @overload
+    def to_dask(  # type: ignore[overload-overlap]
+        self, names: str, *, chunk_bytes: int = ...
+    ) -> da.Array | dict[str, da.Array]: ...
+    @overload
+    def to_dask(self, names: Iterable[str], *, chunk_bytes: int = ...) -> dict[str, da.Array]: ...
+    def to_dask(
+        self, names: str | Iterable[str], *, chunk_bytes: int = DEFAULT_CHUNK_BYTES
+    ) -> da.Array | dict[str, da.Array]:
+        """Lazy Dask arrays of range-read chunks: one for a tensor name, a dict for a glob or
+        a list (no IO until computed)."""
+        return self._model.to_dask(names, chunk_bytes=chunk_bytes)
 
     def close(self) -> None:
         """Release connections."""

@@ -30,10 +30,20 @@ def test_params_human_and_json(faulty: FaultyServer, capsys: pytest.CaptureFixtu
     data = json.loads(out)
     total = sum(t.size for t in tensors.values())
     assert data == {
+        "parameters": total,
+        "exact": True,
+        "quantization": None,
+        "declared_parameters": None,
+        "stored_parameters": total,
+        "parameters_by_dtype": expected_counts(tensors),
+        "unpacked_tensors": 0,
+        "auxiliary_tensors": 0,
         "total": total,
         "by_dtype": expected_counts(tensors),
         "bytes": sum(t.nbytes for t in tensors.values()),
         "files": 3,
+        "bits_per_weight": {"BF16": 16.0, "F16": 16.0, "F32": 32.0},
+        "bits_per_parameter": sum(t.nbytes for t in tensors.values()) * 8 / total,
     }
     status, out, _ = run(capsys, "params", base)
     assert status == 0

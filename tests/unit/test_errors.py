@@ -64,6 +64,7 @@ PUBLIC_NAMES = {
     "FrameworkError",
     "HeaderError",
     "HeaderErrorKind",
+    "MissingDependencyError",
     "NotFoundError",
     "PermissionDeniedError",
     "RangeNotSupportedError",
@@ -92,6 +93,12 @@ PUBLIC_NAMES = {
     "ModelIndex",
     "open_model",
     "open_model_async",
+    "ConfigWarning",
+    "LogicalTensor",
+    "MemoryEstimate",
+    "ParameterCount",
+    "Quantization",
+    "AmbiguousModelError",
 }
 
 

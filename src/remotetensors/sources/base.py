@@ -8,6 +8,10 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .recipe import SourceRecipe
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +68,15 @@ class ByteSource(abc.ABC):
         if buffer:
             await self.read_into(start, memoryview(buffer))
         return bytes(buffer)
+
+    def recipe(self) -> SourceRecipe:
+        """How to open this file, at the version opened here, in another process.
+
+        Raises:
+            NotImplementedError: this kind of source cannot be reopened elsewhere.
+            RuntimeError: the source has not been opened yet.
+        """
+        raise NotImplementedError(f"{self.location}: this source cannot be reopened elsewhere")
 
     async def aclose(self) -> None:  # noqa: B027 (most sources hold nothing to release)
         """Release connections or file handles; the source is unusable afterwards."""

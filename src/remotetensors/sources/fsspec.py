@@ -27,6 +27,7 @@ from ..errors import (
     TransportError,
 )
 from .base import ByteSource, Prefix
+from .recipe import SourceRecipe
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -51,6 +52,8 @@ class FsspecSource(ByteSource):
         fs: fsspec.AbstractFileSystem | None = None,
     ) -> None:
         self._url = url
+        # Kept to reopen the file in another process; None when a ready filesystem was given.
+        self._storage_options = None if fs is not None else dict(storage_options or {})
         if fs is None:
             fs, path = fsspec.core.url_to_fs(url, **dict(storage_options or {}))
         else:
@@ -78,6 +81,21 @@ class FsspecSource(ByteSource):
         data = await self._call("cat_file", self._path, start=0, end=end) if end else b""
         self._check_length(data, 0, end)
         return Prefix(bytes(data), self._size, self._validator)
+
+    def recipe(self) -> SourceRecipe:
+        if self._storage_options is None:
+            raise NotImplementedError(
+                f"{self._url}: opened on a given filesystem object, which cannot be reopened "
+                "elsewhere; open it by URL with storage_options"
+            )
+        return SourceRecipe(
+            "fsspec",
+            self._url,
+            self._url,
+            self._size,
+            self._validator,
+            storage_options=self._storage_options,
+        )
 
     async def read_into(self, start: int, buffer: memoryview) -> None:
         end = start + len(buffer)

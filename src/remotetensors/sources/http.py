@@ -42,6 +42,7 @@ from ..errors import (
 from ..ranges import ByteRange
 from .base import ByteSource, Prefix
 from .rawhttp import RawConnectionError, RawRangeClient, RawTimeoutError
+from .recipe import SourceRecipe
 from .tls import shared_ssl_context
 
 if TYPE_CHECKING:
@@ -184,6 +185,14 @@ class HttpSource(ByteSource):
         return self._raw
 
     # --- the ByteSource contract --------------------------------------------------------------
+
+    def recipe(self) -> SourceRecipe:
+        return self._recipe_for(self._url)
+
+    def _recipe_for(self, url: str) -> SourceRecipe:
+        if self._size is None:
+            raise RuntimeError("open_prefix must be called before recipe")
+        return SourceRecipe("http", url, self.location, self._size, self._etag, self._options)
 
     async def open_prefix(self, length: int) -> Prefix:
         if length <= 0:

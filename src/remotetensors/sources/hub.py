@@ -20,6 +20,7 @@ from urllib.parse import quote, unquote
 
 from .base import Prefix
 from .http import HttpOptions, HttpSource
+from .recipe import SourceRecipe
 
 if TYPE_CHECKING:
     import httpx
@@ -133,6 +134,57 @@ class HubRepo:
         revision = quote(self.revision, safe="")
         return f"{self.endpoint}/{prefix}{self.repo.repo_id}/resolve/{revision}/{quote(path)}"
 
+    async def list_files(self, folder: str = "") -> list[str]:
+        """Every file under ``folder`` of the repo at the revision, as paths relative to it.
+
+        One ``GET {endpoint}/api/{type}/{repo}/tree/{revision}[/{folder}]?recursive=true``
+        (the call behind ``huggingface_hub.list_repo_files``), following ``Link: rel="next"``
+        pages.
+
+        Raises:
+            NotFoundError, PermissionDeniedError, TransportError.
+        """
+        import httpx
+
+        from ..errors import NotFoundError, PermissionDeniedError, TransportError
+
+        revision = quote(self.revision, safe="")
+        tail = f"/{quote(folder)}" if folder else ""
+        url: str | None = (
+            f"{self.endpoint}/api/{self.repo.repo_type}/{self.repo.repo_id}/tree/{revision}{tail}"
+            "?recursive=true&expand=false"
+        )
+        client = self._client or self._options.new_client()
+        names: list[str] = []
+        try:
+            for _ in range(10_000):  # pages of 1000 entries; bounded so a loop cannot hang
+                if url is None:
+                    break
+                try:
+                    response = await client.get(url, headers=dict(self._options.headers))
+                except httpx.HTTPError as exc:
+                    raise TransportError(f"{self.repo}: listing files failed: {exc}") from exc
+                if response.status_code in (404, 410):
+                    raise NotFoundError(f"{self.repo}: not found (HTTP {response.status_code})")
+                if response.status_code in (401, 403):
+                    raise PermissionDeniedError(
+                        f"{self.repo}: access denied listing files (HTTP "
+                        f"{response.status_code}); a private or gated repo needs a token"
+                    )
+                if response.status_code != 200:
+                    raise TransportError(
+                        f"{self.repo}: listing files answered HTTP {response.status_code}"
+                    )
+                for entry in response.json():
+                    if entry.get("type") == "file":
+                        path = str(entry["path"])
+                        names.append(path[len(folder) + 1 :] if folder else path)
+                url = response.links.get("next", {}).get("url")
+        finally:
+            if client is not self._client:
+                await client.aclose()
+        return names
+
     def source(self, path: str) -> HubSource:
         """A source for the file ``path`` of the repo."""
         return HubSource(self, path, client=self._client, options=self._options)
@@ -157,11 +209,17 @@ class HubSource(HttpSource):
     ) -> None:
         super().__init__(repo.url(path), client=client, options=options)
         self._repo = repo
+        self._path = path
         self._hub_location = str(repo.repo.child(path) if path else repo.repo)
 
     @property
     def location(self) -> str:
         return self._hub_location
+
+    def recipe(self) -> SourceRecipe:
+        # The resolve URL at the pinned commit: a worker reads the same revision, and the
+        # token travels in the options' headers (sent to the hub only, never to the CDN).
+        return self._recipe_for(self._repo.url(self._path))
 
     async def open_prefix(self, length: int) -> Prefix:
         prefix = await super().open_prefix(length)

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
     from .base import ByteSource
 
-FILE_SUFFIXES = (".safetensors", ".bt", ".json")
+FILE_SUFFIXES = (".safetensors", ".bt", ".json", ".gguf")
 """Locations ending in these name a file; any other names a folder, prefix or repo."""
 
 
@@ -67,6 +67,38 @@ class Place:
             client=self.client,
             storage_options=self.storage_options,
         )
+
+    async def list_files(self) -> list[str] | None:
+        """The names of the files in this place (relative paths; recursive for a hub repo), or
+        None where a place cannot be listed (a plain HTTP server).
+
+        Raises:
+            NotFoundError, PermissionDeniedError, TransportError.
+        """
+        if self.kind == "hub":
+            assert self.hub is not None
+            assert self.hub_path is not None
+            return await self.hub.list_files(self.hub_path.path)
+        if self.kind == "local":
+            try:
+                return sorted(os.listdir(self.base))
+            except FileNotFoundError:
+                return []
+        if self.kind == "fsspec":
+            import asyncio
+
+            import fsspec
+
+            def listing() -> list[str]:
+                fs, path = fsspec.core.url_to_fs(self.base, **dict(self.storage_options or {}))
+                try:
+                    entries = fs.ls(path, detail=False)
+                except FileNotFoundError:
+                    return []
+                return sorted(str(e).rstrip("/").rsplit("/", 1)[-1] for e in entries)
+
+            return await asyncio.to_thread(listing)
+        return None
 
 
 def split_location(
