@@ -15,6 +15,7 @@ import os
 import threading
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
+from .frameworks import check_backend, check_device
 from .model import AsyncModel, load_model
 from .opening import Opening
 from .options import DEFAULT_CHUNK_BYTES, ReadOptions
@@ -150,6 +151,9 @@ class safe_open:  # safetensors' name for it, so that one import changes
             ``file://`` URL or a local path.
         framework: ``"numpy"`` (or ``"np"``) or ``"pt"`` (torch tensors; needs torch).
         device: accepted for compatibility; only ``"cpu"``.
+        backend: ``"mmap"`` (the default) or ``"pread"``, the reference's values, accepted so
+            that code passing them runs unchanged; both read the same way here (positioned reads
+            or byte ranges straight into fresh arrays, never a memory map).
         storage_options: for fsspec URLs, passed to fsspec untouched.
         token, revision: for ``hf://`` URLs.
         options: header window, coalescing gap, part size and concurrency.
@@ -157,7 +161,10 @@ class safe_open:  # safetensors' name for it, so that one import changes
 
     Raises:
         NotFoundError, PermissionDeniedError, HeaderError, TransportError, …: all subclasses of
-        RemoteTensorsError.
+        RemoteTensorsError. Those the reference raises as ``SafetensorError`` (header, slice,
+        closed file, unknown tensor/framework/device/backend) derive from DropInError, which is
+        also a ``safetensors.SafetensorError`` and ``bintensors.BintensorError`` when installed.
+        TypeError: ``backend`` is not a string.
     """
 
     def __init__(
@@ -171,9 +178,10 @@ class safe_open:  # safetensors' name for it, so that one import changes
         storage_options: Mapping[str, Any] | None = None,
         token: str | bool | None = None,
         revision: str | None = None,
+        backend: str = "mmap",
     ) -> None:
-        if device != "cpu":
-            raise ValueError(f"only device='cpu' is supported, got {device!r}")
+        check_backend(backend)
+        check_device(device, framework)
         self._file = run_sync(
             open_file_async(
                 location,

@@ -38,7 +38,8 @@ class LocalSource(ByteSource):
         try:
             fd = os.open(self._path, os.O_RDONLY | getattr(os, "O_BINARY", 0))
         except FileNotFoundError:
-            raise NotFoundError(f"{self._location}: no such file") from None
+            # The reference's exact wording, which code written for safetensors may compare.
+            raise NotFoundError(f"No such file or directory: {self._location}") from None
         except IsADirectoryError:
             raise NotFoundError(f"{self._location}: is a directory, not a file") from None
         except PermissionError as exc:
