@@ -19,7 +19,7 @@ import httpx
 from .errors import HeaderError, HeaderErrorKind, NotFoundError, TensorNotFoundError
 from .fetch import gather_or_cancel
 from .formats.index_json import ShardIndex, parse_index
-from .index import FileIndex, ModelIndex, TensorInfo
+from .index import FileIndex, ModelIndex, TensorInfo, with_file
 from .opening import Opening
 from .options import ReadOptions
 from .progress import bar, wanted
@@ -244,7 +244,7 @@ async def load_model(
 
 
 def _single(location: str, name: str, file: AsyncTensorFile) -> AsyncModel:
-    tensors = {n: replace(info, file=name) for n, info in file.index.tensors.items()}
+    tensors = {n: with_file(info, name) for n, info in file.index.tensors.items()}
     index = ModelIndex({name: file.index}, tensors, file.index.metadata)
     return AsyncModel(location, {name: file}, index)
 
@@ -329,7 +329,7 @@ async def _open_sharded(
                 "tensor",
                 location=place.location(INDEX_FILE),
             )
-        tensors[tensor] = replace(info, file=file)
+        tensors[tensor] = with_file(info, file)
     unmapped = tuple(
         sorted(
             name
