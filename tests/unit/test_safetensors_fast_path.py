@@ -17,6 +17,7 @@ from hypothesis import given
 
 from remotetensors.formats import safetensors as fmt
 from remotetensors.formats.strict_json import StrictJSONError
+from remotetensors.index import FileIndex
 from tests.reference import raw_file, write_reference
 from tests.unit.test_safetensors_format import assert_agrees, mutated_files, valid_files
 
@@ -68,7 +69,7 @@ def test_names_and_metadata_with_colons_and_dashes_stay_fast() -> None:
     text = header_text(data)
     assert text is not None
     assert assert_fast_path_sound(text)
-    assert isinstance(assert_agrees(data), fmt.FileIndex)
+    assert isinstance(assert_agrees(data), FileIndex)
 
 
 E = '{"dtype":"F32","shape":[1],"data_offsets":[0,4]}'
