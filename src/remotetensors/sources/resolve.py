@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
 
-from .fsspec import FsspecSource
 from .http import HttpOptions, HttpSource
 from .hub import HubPath, HubRepo
 from .local import LocalSource
@@ -141,4 +140,7 @@ def open_source(
         return LocalSource(unquote(urlsplit(text).path), location=text)
     if scheme == "" or _is_windows_drive(scheme):
         return LocalSource(text)
+    # Imported here: fsspec costs ~100 ms to import, and only fsspec URLs need it.
+    from .fsspec import FsspecSource
+
     return FsspecSource(text, storage_options=storage_options)
