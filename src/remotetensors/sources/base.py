@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass
+from typing import Protocol
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,6 +26,19 @@ class Prefix:
     data: bytes
     size: int
     validator: str | None
+
+
+class BlockingSource(Protocol):
+    """The ``ByteSource`` operations as plain functions that block the calling thread."""
+
+    @property
+    def location(self) -> str: ...
+
+    def open_prefix_now(self, length: int) -> Prefix: ...
+
+    def read_into_now(self, start: int, buffer: memoryview) -> None: ...
+
+    def close_now(self) -> None: ...
 
 
 class ByteSource(abc.ABC):
@@ -64,6 +78,15 @@ class ByteSource(abc.ABC):
         if buffer:
             await self.read_into(start, memoryview(buffer))
         return bytes(buffer)
+
+    def blocking(self) -> BlockingSource | None:
+        """This source's blocking twin, or ``None`` (the default).
+
+        Only sources whose operations cost less than a trip through the event loop (local
+        files) have one; the sync API then opens them and reads small tensors in the calling
+        thread, without crossing to the IO thread.
+        """
+        return None
 
     async def aclose(self) -> None:  # noqa: B027 (most sources hold nothing to release)
         """Release connections or file handles; the source is unusable afterwards."""

@@ -114,6 +114,19 @@ def _is_windows_drive(scheme: str) -> bool:
     return len(scheme) == 1 and os.name == "nt"
 
 
+def open_local_source(location: str | os.PathLike[str]) -> LocalSource | None:
+    """The source for a local path or ``file://`` URL; ``None`` for any other location."""
+    text = os.fspath(location)
+    if text.startswith("hf://"):
+        return None
+    scheme = urlsplit(text).scheme.lower() if "://" in text else ""
+    if scheme == "file":
+        return LocalSource(unquote(urlsplit(text).path), location=text)
+    if scheme == "" or _is_windows_drive(scheme):
+        return LocalSource(text)
+    return None
+
+
 def open_source(
     location: str | os.PathLike[str],
     *,
@@ -133,13 +146,12 @@ def open_source(
         if name is None:
             raise ValueError(f"{text}: names a repo or folder, not a file; use open_model")
         return place.open(name)
+    local = open_local_source(text)
+    if local is not None:
+        return local
     scheme = urlsplit(text).scheme.lower() if "://" in text else ""
     if scheme in ("http", "https"):
         return HttpSource(text, client=client, options=http_options)
-    if scheme == "file":
-        return LocalSource(unquote(urlsplit(text).path), location=text)
-    if scheme == "" or _is_windows_drive(scheme):
-        return LocalSource(text)
     # Imported here: fsspec costs ~100 ms to import, and only fsspec URLs need it.
     from .fsspec import FsspecSource
 
