@@ -36,7 +36,9 @@ def crossings(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 def many(tmp_path: Path) -> Path:
     path = tmp_path / "many.safetensors"
     rng = np.random.default_rng(1)
-    tensors = {f"t{i}": rng.standard_normal((i % 5 + 1, 3)).astype(np.float32) for i in range(300)}
+    tensors: dict[str, Any] = {
+        f"t{i}": rng.standard_normal((i % 5 + 1, 3)).astype(np.float32) for i in range(300)
+    }
     tensors["ints"] = np.arange(7, dtype=np.int64)
     tensors["half"] = rng.standard_normal(9).astype(np.float16)
     save_file(tensors, str(path), metadata={"format": "np"})
