@@ -177,9 +177,9 @@ class safe_open:  # safetensors' name for it, so that one import changes
     def get_tensor(self, name: str) -> Any:
         """Fetch one tensor (only its bytes cross the network)."""
         # Small local reads are done right here (see AsyncTensorFile.get_tensors_now).
-        got = self._file.get_tensors_now((name,))
+        got = self._file.get_tensor_now(name)
         if got is not None:
-            return got[name]
+            return got
         return run_sync(self._file.get_tensor(name))
 
     def get_tensors(self, names: Iterable[str] | None = None) -> dict[str, Any]:
