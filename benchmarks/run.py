@@ -277,7 +277,10 @@ def partial_obstore(server: Server, names: list[str]) -> dict[str, Any]:
                 ends=[8 + n + e for _, e in spans],
             )
             result.update(
-                {w: np.frombuffer(memoryview(b), np.float32) for w, b in zip(wanted, blobs, strict=True)}
+                {
+                    w: np.frombuffer(memoryview(b), np.float32)
+                    for w, b in zip(wanted, blobs, strict=True)
+                }
             )
         return result
 
