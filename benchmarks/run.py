@@ -486,7 +486,7 @@ def main() -> None:
                             ("huggingface_hub", lambda: count_hub(server, repo, root / "hf-cache")),
                             ("fsspec HTTP", lambda: count_fsspec(server, repo)),
                         ):
-                            fn()  # warm-up: imports and first-use costs stay off the clock
+                            timed(fn)  # warm-up: imports and first-use costs stay off the clock
                             server.stats()
                             seconds, counts = timed(fn)
                             stats = server.stats()
