@@ -469,6 +469,7 @@ def main() -> None:
         root = Path(folder)
         print("writing test files ...", file=sys.stderr)
         write_models(root)
+        (root / "files").mkdir()  # the server serves it even when no workload writes to it
         names = write_big_model(root) if "partial" in only else []
         big = write_big_tensor(root) if "big" in only else root
         for count in args.scale_counts if "scale" in only else []:
