@@ -3,7 +3,14 @@
 ``/{repo}/resolve/{revision}/{path}`` (and ``/datasets/...``): small files are served directly
 with byte ranges; large ones answer 302 to a CDN path, with ``X-Repo-Commit``, ``ETag``,
 ``X-Linked-Size`` and ``X-Linked-Etag`` as the real hub sends them. Missing repos, revisions and
-files are 404 with ``X-Error-Code``; a gated repo without a token is 401.
+files are 404 with ``X-Error-Code`` (``RepoNotFound``, ``RevisionNotFound``,
+``EntryNotFound``; a missing repo is 401 to a caller without a token, as on the real hub); a
+gated repo without a token is 401 ``GatedRepo``. One-word legacy repo names (``gpt2``) work.
+
+``/api/{models|datasets|spaces}/{repo}/tree/{revision}[/{path}]?recursive=true`` lists files as
+``huggingface_hub.list_repo_tree`` expects (``[{"type": "file", "path", "size", "oid"}, ...]``),
+in pages of ``TREE_PAGE`` entries linked by ``Link: <...>; rel="next"`` (``cursor=`` is the
+offset here).
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ from aiohttp import web
 from tests.servers import Entry, Log, _Running
 
 LFS_THRESHOLD = 10_000
+TREE_PAGE = 1000
 TOKEN = "hf_test_token"
 
 
@@ -65,6 +73,22 @@ class HubStandIn:
             self._blobs[hashlib.sha256(data).hexdigest()] = data
         return commit
 
+    def _lookup(
+        self, request: web.Request, entry: Entry, repo_id: str, revision: str
+    ) -> tuple[str, dict[str, bytes]] | web.Response:
+        """(commit, files) of a repo at a revision, or the error answer (404, gated 401)."""
+        repo = self.repos.get(repo_id)
+        if repo is None:
+            # As the hub does: 401 to anonymous callers (the repo may be private), else 404.
+            anonymous = "Authorization" not in request.headers
+            return self._error(entry, 401 if anonymous else 404, "RepoNotFound")
+        if repo.gated and request.headers.get("Authorization") != f"Bearer {TOKEN}":
+            return self._error(entry, 401, "GatedRepo")
+        found = self._find(repo, revision)
+        if found is None:
+            return self._error(entry, 404, "RevisionNotFound")
+        return found
+
     def _find(self, repo: Repo, revision: str) -> tuple[str, dict[str, bytes]] | None:
         commit = repo.branches.get(revision, revision)
         files = repo.commits.get(commit)
@@ -74,21 +98,21 @@ class HubStandIn:
         tail = request.match_info["tail"]
         entry = Entry("/" + tail, request.headers.get("Range"), 0, 0, dict(request.headers))
         self.log.entries.append(entry)
-        match = re.fullmatch(r"(?:(datasets|spaces)/)?([^/]+/[^/]+)/resolve/([^/]+)/(.+)", tail)
+        if tail.startswith("api/"):
+            return self._tree(request, entry, tail)
+        # Legacy repos have one-word names (``gpt2``), and the hub still serves them.
+        match = re.fullmatch(
+            r"(?:(datasets|spaces)/)?((?:[^/]+/)?[^/]+)/resolve/([^/]+)/(.+)", tail
+        )
         if match is None:
             entry.status = 404
             return web.Response(status=404, text="unknown route")
         repo_id, revision, path = match.group(2), match.group(3), match.group(4)
         if match.group(1):
             repo_id = f"{match.group(1)}/{repo_id}"
-        repo = self.repos.get(repo_id)
-        if repo is None:
-            return self._error(entry, 404, "RepoNotFound")
-        if repo.gated and request.headers.get("Authorization") != f"Bearer {TOKEN}":
-            return self._error(entry, 401, "GatedRepo")
-        found = self._find(repo, revision)
-        if found is None:
-            return self._error(entry, 404, "RevisionNotFound")
+        found = self._lookup(request, entry, repo_id, revision)
+        if isinstance(found, web.Response):
+            return found
         commit, files = found
         data = files.get(path)
         if data is None:
@@ -108,6 +132,47 @@ class HubStandIn:
             return web.Response(status=302, headers=headers)
         headers["ETag"] = f'"{hashlib.sha1(data).hexdigest()}"'
         return self._ranged(request, entry, data, headers)
+
+    def _tree(self, request: web.Request, entry: Entry, tail: str) -> web.Response:
+        match = re.fullmatch(
+            r"api/(models|datasets|spaces)/([^/]+/[^/]+)/tree/([^/]+)(?:/(.+))?", tail
+        )
+        if match is None:
+            entry.status = 404
+            return web.Response(status=404, text="unknown route")
+        kind, repo_id, revision, folder = match.groups()
+        if kind != "models":
+            repo_id = f"{kind}/{repo_id}"
+        found = self._lookup(request, entry, repo_id, revision)
+        if isinstance(found, web.Response):
+            return found
+        commit, files = found
+        recursive = request.query.get("recursive", "false").lower() == "true"
+        prefix = f"{folder}/" if folder else ""
+        listed = []
+        for path in sorted(files):
+            if not path.startswith(prefix):
+                continue
+            rest = path[len(prefix) :]
+            if "/" in rest and not recursive:
+                continue
+            data = files[path]
+            listed.append(
+                {
+                    "type": "file",
+                    "path": path,
+                    "size": len(data),
+                    "oid": hashlib.sha1(data).hexdigest(),
+                }
+            )
+        start = int(request.query.get("cursor", "0"))
+        page = listed[start : start + TREE_PAGE]
+        headers = {"X-Repo-Commit": commit}
+        if start + TREE_PAGE < len(listed):
+            query = dict(request.query, cursor=str(start + TREE_PAGE))
+            headers["Link"] = f'<{request.url.with_query(query)}>; rel="next"'
+        entry.status = 200
+        return web.json_response(page, headers=headers)
 
     async def _cdn(self, request: web.Request) -> web.StreamResponse:
         sha = request.match_info["sha"]

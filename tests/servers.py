@@ -262,8 +262,9 @@ class FaultyServer:
         try:
             for offset in range(0, end, chunk):
                 piece = body[offset : min(end, offset + chunk)]
-                await response.write(piece)
+                # Counted when handed over: the client can hold all of it before write() returns.
                 entry.sent_bytes += len(piece)
+                await response.write(piece)
         except (ConnectionResetError, ConnectionError, asyncio.CancelledError):
             return response
         if cut_at is not None:

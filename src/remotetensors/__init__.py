@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 from .checksum import verify_checksum, verify_checksum_async
+from .compare import Comparison, compare
 from .dtypes import DTYPES, DType
 from .errors import (
+    AmbiguousModelError,
     BadResponseError,
     ChecksumMismatchError,
+    ConfigWarning,
     FileClosedError,
     FrameworkError,
     HeaderError,
     HeaderErrorKind,
+    LocationError,
+    MissingDependencyError,
     NotFoundError,
     PermissionDeniedError,
     RangeNotSupportedError,
@@ -22,24 +27,32 @@ from .errors import (
     TransportError,
     UnsupportedDtypeError,
 )
+from .explore import TensorView
 from .index import FileIndex, ModelIndex, TensorInfo, parameter_count
+from .memory import MemoryEstimate
 from .model import AsyncModel, open_model_async
 from .options import ReadOptions
+from .quantization import LogicalTensor, ParameterCount, Quantization
 from .ranges import ByteRange
 from .reader import AsyncTensorFile, AsyncTensorSlice
+from .sources.base import Traffic
 from .sources.http import HttpOptions
+from .stats import TensorStats
 from .sync import Model, TensorSlice, open_async, open_model, safe_open
 
 __version__ = "0.1.0"
 
 __all__ = [
     "DTYPES",
+    "AmbiguousModelError",
     "AsyncModel",
     "AsyncTensorFile",
     "AsyncTensorSlice",
     "BadResponseError",
     "ByteRange",
     "ChecksumMismatchError",
+    "Comparison",
+    "ConfigWarning",
     "DType",
     "FileClosedError",
     "FileIndex",
@@ -47,10 +60,16 @@ __all__ = [
     "HeaderError",
     "HeaderErrorKind",
     "HttpOptions",
+    "LocationError",
+    "LogicalTensor",
+    "MemoryEstimate",
+    "MissingDependencyError",
     "Model",
     "ModelIndex",
     "NotFoundError",
+    "ParameterCount",
     "PermissionDeniedError",
+    "Quantization",
     "RangeNotSupportedError",
     "ReadOptions",
     "RemoteFileChangedError",
@@ -60,9 +79,13 @@ __all__ = [
     "TensorInfo",
     "TensorNotFoundError",
     "TensorSlice",
+    "TensorStats",
+    "TensorView",
+    "Traffic",
     "TransportError",
     "UnsupportedDtypeError",
     "__version__",
+    "compare",
     "open_async",
     "open_model",
     "open_model_async",

@@ -8,7 +8,9 @@ working. Messages name the location, what was expected and what was seen.
 
 from __future__ import annotations
 
+import difflib
 import enum
+from collections.abc import Iterable
 
 
 class RemoteTensorsError(Exception):
@@ -31,6 +33,16 @@ class HeaderErrorKind(str, enum.Enum):
     # bintensors only: its header is bincode, and duplicate tensor names are an error there.
     INVALID_BINCODE = "invalid bincode header"
     DUPLICATE_NAME = "duplicate tensor name"
+    # GGUF only: its binary header has rules of its own, and limits against hostile headers.
+    INVALID_MAGIC = "not a GGUF file"
+    UNSUPPORTED_VERSION = "unsupported GGUF version"
+    TRUNCATED = "truncated GGUF header"
+    INVALID_VALUE_TYPE = "invalid GGUF value type"
+    STRING_TOO_LONG = "GGUF string too long"
+    ARRAY_TOO_LONG = "GGUF array too long"
+    TOO_MANY_DIMS = "too many tensor dims"
+    INVALID_METADATA = "invalid GGUF metadata"
+    MISALIGNED_TENSOR = "misaligned GGUF tensor offset"
 
 
 class HeaderError(RemoteTensorsError, ValueError):
@@ -51,6 +63,18 @@ class HeaderError(RemoteTensorsError, ValueError):
     def with_location(self, location: str) -> HeaderError:
         """Return the same error naming ``location``."""
         return HeaderError(self.kind, self.detail, location=location)
+
+
+class AmbiguousModelError(RemoteTensorsError, ValueError):
+    """A folder or repo holds several models (GGUF files) and the location does not say which.
+
+    Attributes:
+        choices: the files (or first parts of split files) to choose from.
+    """
+
+    def __init__(self, message: str, *, choices: list[str]) -> None:
+        self.choices = choices
+        super().__init__(message)
 
 
 class TensorNotFoundError(RemoteTensorsError, KeyError):
@@ -77,12 +101,27 @@ class FileClosedError(RemoteTensorsError, ValueError):
     """A call on a file or model after its context was closed."""
 
 
+class LocationError(RemoteTensorsError, ValueError):
+    """A location that cannot be understood: a malformed ``hf://`` URL, an unknown protocol."""
+
+
 class FrameworkError(RemoteTensorsError, ValueError):
     """An unknown ``framework=`` value, or a framework that is not installed."""
 
 
+class MissingDependencyError(RemoteTensorsError, ImportError):
+    """An optional dependency is not installed; the message names the extra to install."""
+
+
 class NotFoundError(RemoteTensorsError, FileNotFoundError):
-    """The location does not exist (HTTP 404, a missing object or path)."""
+    """The location does not exist (HTTP 404, a missing object or path).
+
+    Attributes:
+        code: what is missing when the server said so (the hub's ``X-Error-Code``:
+            ``"RepoNotFound"``, ``"RevisionNotFound"``, ``"EntryNotFound"``), else None.
+    """
+
+    code: str | None = None
 
 
 class PermissionDeniedError(RemoteTensorsError, PermissionError):
@@ -94,7 +133,19 @@ class TransportError(RemoteTensorsError, OSError):
 
 
 class RequestTimeoutError(TransportError, TimeoutError):
-    """A request took longer than the configured timeout, on every attempt."""
+    """A request took longer than a configured bound.
+
+    Attributes:
+        bound: the :class:`~remotetensors.HttpOptions` field that tripped:
+            ``"read_timeout_seconds"`` (no bytes for that long, on every attempt),
+            ``"min_bytes_per_second"`` (too slow over a whole window) or
+            ``"request_deadline_seconds"`` (the whole read took too long); ``None`` when
+            raised by another source.
+    """
+
+    def __init__(self, message: str, *, bound: str | None = None) -> None:
+        super().__init__(message)
+        self.bound = bound
 
 
 class BadResponseError(RemoteTensorsError, OSError):
@@ -115,3 +166,17 @@ class ChecksumMismatchError(RemoteTensorsError, ValueError):
 
 class RemoteFileChangedError(RemoteTensorsError, OSError):
     """The file changed between two requests (its validator, e.g. the ETag, no longer matches)."""
+
+
+def did_you_mean(name: str, known: Iterable[str]) -> str:
+    """``"; did you mean 'x'?"`` for the names closest to ``name``, or ``""`` when none is."""
+    close = difflib.get_close_matches(name, list(known), n=3, cutoff=0.8)
+    if not close:
+        return ""
+    return "; did you mean " + " or ".join(repr(c) for c in close) + "?"
+
+
+class ConfigWarning(RemoteTensorsError, UserWarning):
+    """A warning, not an error: a config that cannot be used as it is (not JSON, an unknown
+    quantization method, one that contradicts the tensors). The model still opens and is
+    counted from its tensors; the message names the file."""

@@ -9,6 +9,7 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import Any
 
 from .dtypes import DTYPES, DType, dtype
 
@@ -49,13 +50,9 @@ class TensorInfo:
         return math.prod(self.shape)
 
     def _repr_html_(self) -> str:
-        from html import escape
+        from .explore import tensor_card_html
 
-        where = f" in {escape(self.file)}" if self.file else ""
-        return (
-            f"<code>{escape(self.name)}</code>: {self.dtype} {list(self.shape)}, "
-            f"{self.num_elements:,} parameters, {self.nbytes:,} bytes{where}"
-        )
+        return tensor_card_html(self)
 
     def __repr__(self) -> str:
         where = f", file={self.file!r}" if self.file is not None else ""
@@ -85,6 +82,17 @@ def parameter_count(tensors: Iterable[TensorInfo]) -> dict[str, int]:
     return dict(sorted(counts.items()))
 
 
+def bits_per_weight(tensors: Iterable[TensorInfo]) -> dict[str, float]:
+    """Bits of storage per element, per dtype name (16.0 for BF16, 4.5 for GGUF's Q4_K),
+    ordered by dtype name; dtypes with no elements are left out."""
+    counts: dict[str, int] = {}
+    nbytes: dict[str, int] = {}
+    for info in tensors:
+        counts[info.dtype] = counts.get(info.dtype, 0) + info.num_elements
+        nbytes[info.dtype] = nbytes.get(info.dtype, 0) + info.nbytes
+    return {d: nbytes[d] * 8 / counts[d] for d in sorted(counts) if counts[d]}
+
+
 class _Totals:
     """Counts over ``self.tensors``, shared by file and model indexes."""
 
@@ -112,17 +120,21 @@ class FileIndex(_Totals):
 
     Attributes:
         tensors: name -> info, in data order (ascending ``start``, then ``end``).
-        metadata: the ``__metadata__`` map, or ``None`` when the header has none.
-        header_length: N, the header's length in bytes as the first 8 bytes say (padding included).
+        metadata: the ``__metadata__`` map, or ``None`` when the header has none; for GGUF the
+            typed key/value metadata (arrays as tuples).
+        header_length: N, the header's length in bytes as the first 8 bytes say (padding
+            included); for GGUF, every byte before the data.
         file_size: total size of the file in bytes.
-        format: ``"safetensors"`` or ``"bintensors"``.
+        format: ``"safetensors"``, ``"bintensors"`` or ``"gguf"``.
+        prefix_bytes: bytes before the header (the 8-byte length; 0 for GGUF).
     """
 
     tensors: Mapping[str, TensorInfo]
-    metadata: Mapping[str, str] | None
+    metadata: Mapping[str, Any] | None
     header_length: int
     file_size: int
     format: str = "safetensors"
+    prefix_bytes: int = 8
     _sorted_names: tuple[str, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -134,8 +146,8 @@ class FileIndex(_Totals):
 
     @property
     def data_offset(self) -> int:
-        """Absolute offset of the data buffer: 8 + N."""
-        return 8 + self.header_length
+        """Absolute offset of the data buffer: 8 + N (the data start for GGUF)."""
+        return self.prefix_bytes + self.header_length
 
     def keys(self) -> list[str]:
         """Tensor names, sorted (like ``safetensors.safe_open.keys()``)."""

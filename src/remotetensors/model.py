@@ -1,9 +1,11 @@
 """Models: one file, or a sharded checkpoint (``model.safetensors.index.json``) anywhere.
 
-Discovery costs one round of requests: for a folder, prefix or repo, ``model.safetensors`` and
-``model.safetensors.index.json`` are asked for at the same time. A sharded model's shard headers
-then come in a second round, all concurrently, each shard's first window sized from what the
-index says it holds, so the header phase transfers about the headers' bytes and no more.
+Discovery costs one round of requests: for a folder, prefix or repo, ``model.safetensors``,
+``model.safetensors.index.json``, ``config.json`` and ``quantization_config.json`` are asked for
+at the same time (a location naming a file asks for the configs beside it, also at once). A
+sharded model's shard headers then come in a second round, all concurrently, each shard's first
+window sized from what the index says it holds, so the header phase transfers about the headers'
+bytes and no more.
 """
 
 from __future__ import annotations
@@ -11,24 +13,49 @@ from __future__ import annotations
 import asyncio
 import fnmatch
 import os
+import warnings
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, overload
 
 import httpx
 
-from .errors import HeaderError, HeaderErrorKind, NotFoundError, TensorNotFoundError
+from .configs import ConfigFiles, ConfigWarning, read_configs
+from .errors import (
+    FileClosedError,
+    HeaderError,
+    HeaderErrorKind,
+    NotFoundError,
+    RemoteTensorsError,
+    TensorNotFoundError,
+    did_you_mean,
+)
 from .fetch import gather_or_cancel
+from .formats.gguf import split_names
 from .formats.index_json import ShardIndex, parse_index
+from .gguf_reading import find_gguf, join_parts, open_parts
 from .index import FileIndex, ModelIndex, TensorInfo, with_file
+from .memory import MemoryEstimate, estimate_memory
 from .opening import Opening
-from .options import ReadOptions
+from .options import DEFAULT_CHUNK_BYTES, ReadOptions
 from .progress import bar, wanted
+from .quantization import (
+    LogicalTensor,
+    ParameterCount,
+    Quantization,
+    count_parameters,
+    declared_total,
+    stored_shape_tensors,
+)
 from .reader import AsyncTensorFile
+from .redact import redact_url
+from .sources.base import Traffic
 from .sources.http import HttpOptions
 from .sources.resolve import Place, split_location
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
+
+    import dask.array as da
 
 SINGLE_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
@@ -59,11 +86,90 @@ class AsyncModel:
         index: ModelIndex,
         *,
         client: httpx.AsyncClient | None = None,
+        configs: ConfigFiles | None = None,
     ) -> None:
-        self.location = location
+        self.location = redact_url(location)  # named in messages and views: no secrets
         self._files = dict(files)
         self.index = index
         self._client = client  # shared by the files' HTTP sources; closed with the model
+        self._closed = False
+        self.configs = configs or ConfigFiles()
+        """``config.json`` and ``quantization_config.json`` as found beside the weights."""
+        self._true_count: ParameterCount | None = None
+        self._logical_shapes: dict[str, tuple[int, ...]] = {}
+        self._shape_problems: tuple[str, ...] = ()
+        # file name -> counters, shared with the place that opened the files; it also holds
+        # what discovery cost (probes that found nothing, the index, configs).
+        self._traffic: dict[str, Traffic] = {}
+
+    def _set_configs(self, configs: ConfigFiles) -> None:
+        self.configs = configs
+        self._true_count = None
+
+    async def _read_logical_shapes(self) -> None:
+        """Fetch the stored logical shapes of packed weights (compressed-tensors'
+        ``*.weight_shape``, a few bytes each, next to one another in each file), which make
+        their counts exact. Costs one more round, only for such checkpoints, and only while
+        the count is not already exact."""
+        names = stored_shape_tensors(self.tensors)
+        if not names or self.true_count.exact:
+            return
+        try:
+            arrays = await self.get_tensors(names)
+        except RemoteTensorsError as exc:
+            self._shape_problems = (
+                f"{self.location}: the stored weight shapes could not be read ({exc}); packed "
+                "counts are upper bounds",
+            )
+        else:
+            self._logical_shapes = {
+                name: tuple(int(v) for v in array.reshape(-1).tolist())
+                for name, array in arrays.items()
+            }
+        self._true_count = None
+
+    def _declaring_metadata(self) -> Mapping[str, object] | None:
+        """The metadata that declares ``total_parameters``: the index's, else a shard's."""
+        candidates = [self.index.metadata, *(f.metadata for f in self.index.files.values())]
+        for metadata in candidates:
+            if declared_total(metadata) is not None:
+                return metadata
+        return self.index.metadata
+
+    @property
+    def true_count(self) -> ParameterCount:
+        """The true count: each tensor's role and logical size (see :mod:`.quantization`)."""
+        if self._true_count is None:
+            configs = self.configs
+            count = count_parameters(
+                self.index.tensors,
+                configs.config,
+                quantization_config=configs.quantization_config,
+                metadata=self._declaring_metadata(),
+                logical_shapes=self._logical_shapes,
+                config_location=configs.config_location,
+                quantization_config_location=configs.quantization_config_location,
+            )
+            problems = (*configs.problems, *self._shape_problems, *count.problems)
+            self._true_count = replace(count, problems=problems)
+        return self._true_count
+
+    # --- what crossed the network --------------------------------------------------------------
+
+    @property
+    def traffic_by_file(self) -> dict[str, Traffic]:
+        """File name -> requests, bytes and seconds so far: every file opened for this model,
+        the index, configs and probes for files that were not there included."""
+        traffic = dict(self._traffic)
+        for name, file in self._files.items():
+            traffic.setdefault(name, file.traffic)
+        return traffic
+
+    @property
+    def traffic(self) -> Traffic:
+        """What crossed the network for this model so far, over all its files (``seconds`` is
+        summed over files, which are read concurrently: an upper bound of the wall time)."""
+        return Traffic.total(self.traffic_by_file.values())
 
     # --- what the headers say --------------------------------------------------------------
 
@@ -86,14 +192,61 @@ class AsyncModel:
         """Tensor names, sorted."""
         return self.index.keys()
 
+    @property
+    def config(self) -> dict[str, Any] | None:
+        """``config.json`` beside the weights, parsed; ``None`` when absent or unusable."""
+        return self.configs.config
+
+    @property
+    def quantization(self) -> Quantization | None:
+        """How the checkpoint is quantized (from its config), or ``None``."""
+        return self.true_count.quantization
+
+    @property
+    def logical_tensors(self) -> Mapping[str, LogicalTensor]:
+        """name -> role (weight or quantization bookkeeping) and logical size, per tensor."""
+        return self.true_count.tensors
+
     def parameter_count(self) -> dict[str, int]:
-        """Elements per dtype, as the hub counts them."""
+        """Elements per dtype as stored: the hub's (and huggingface_hub's) naive count.
+
+        For a quantized checkpoint this counts packed containers and bookkeeping tensors; the
+        model's true count is :attr:`num_parameters`.
+        """
         return self.index.parameter_count()
 
     @property
     def num_parameters(self) -> int:
-        """Total number of parameters (elements)."""
+        """The true parameter count: what the unquantized model had.
+
+        Packed weights count as the values they hold; scales, zero points and other
+        bookkeeping are left out. An upper bound when ``true_count.exact`` is False. Elements
+        as stored are :attr:`stored_parameters`.
+        """
+        return self.true_count.total
+
+    @property
+    def stored_parameters(self) -> int:
+        """Elements as stored, over all tensors (the sum of :meth:`parameter_count`)."""
         return self.index.num_parameters
+
+    def memory(
+        self, context: int | None = None, *, batch: int = 1, kv_dtype: str | None = None
+    ) -> MemoryEstimate:
+        """Memory to serve the model: weights as stored, plus the KV cache for ``batch``
+        sequences of ``context`` tokens (see :func:`remotetensors.memory.estimate_memory`).
+
+        Args:
+            context: tokens per sequence; ``None`` takes the config's maximum length.
+            batch: sequences held at once.
+            kv_dtype: ``"bf16"``, ``"fp8"``, …; ``None`` takes the config's dtype.
+
+        Raises:
+            ValueError: a bad context, batch or dtype name.
+        """
+        return estimate_memory(
+            self.config, self.nbytes, context=context, batch=batch, kv_dtype=kv_dtype
+        )
 
     @property
     def nbytes(self) -> int:
@@ -105,14 +258,18 @@ class AsyncModel:
 
         Raises:
             TensorNotFoundError: a name the model does not hold, or a pattern matching nothing.
+            FileClosedError: the model was closed.
         """
+        if self._closed:
+            raise FileClosedError(f"Model is closed ({self.location})")
         if isinstance(names, str):
             if names in self.index.tensors:
                 return [names]
             matched = fnmatch.filter(self.index.keys(), names)
             if not matched:
                 raise TensorNotFoundError(
-                    f"Model does not contain tensor {names} ({self.location}): no name matches",
+                    f"Model does not contain tensor {names} ({self.location}): no name matches"
+                    f"{did_you_mean(names, self.index.tensors)}",
                     name=names,
                 )
             return matched
@@ -120,7 +277,9 @@ class AsyncModel:
         for name in wanted:
             if name not in self.index.tensors:
                 raise TensorNotFoundError(
-                    f"Model does not contain tensor {name} ({self.location})", name=name
+                    f"Model does not contain tensor {name} ({self.location})"
+                    f"{did_you_mean(name, self.index.tensors)}",
+                    name=name,
                 )
         return wanted
 
@@ -161,8 +320,38 @@ class AsyncModel:
         assert file is not None
         return self._files[file].get_slice(name)
 
+    # A str is also an Iterable[str]; the first overload wins for it, as in typeshed.
+    @overload
+    def to_dask(  # type: ignore[overload-overlap]
+        self, names: str, *, chunk_bytes: int = ...
+    ) -> da.Array | dict[str, da.Array]: ...
+    @overload
+    def to_dask(self, names: Iterable[str], *, chunk_bytes: int = ...) -> dict[str, da.Array]: ...
+    def to_dask(
+        self, names: str | Iterable[str], *, chunk_bytes: int = DEFAULT_CHUNK_BYTES
+    ) -> da.Array | dict[str, da.Array]:
+        """Lazy Dask arrays of tensors, read from their shards in chunks of about
+        ``chunk_bytes`` (see :meth:`AsyncTensorFile.to_dask`); no tensor data is read here.
+
+        Returns:
+            one array for one exact tensor name; name -> array for a glob or a list.
+
+        Raises:
+            TensorNotFoundError, MissingDependencyError.
+        """
+        wanted = self.select(names)
+        arrays = {}
+        for name in wanted:
+            file = self.tensors[name].file
+            assert file is not None
+            arrays[name] = self._files[file].to_dask(name, chunk_bytes=chunk_bytes)
+        if isinstance(names, str) and names in self.index.tensors:
+            return arrays[names]
+        return arrays
+
     async def aclose(self) -> None:
-        """Release every file's connections."""
+        """Release every file's connections; later reads raise FileClosedError."""
+        self._closed = True
         await asyncio.gather(*(f.aclose() for f in self._files.values()))
         if self._client is not None:
             await self._client.aclose()
@@ -175,9 +364,14 @@ class AsyncModel:
         await self.aclose()
 
     def _repr_html_(self) -> str:
-        from .display import html_view
+        from .explore import model_html
 
-        return html_view(self.location, self.tensors.values(), show_files=True)
+        return model_html(self)
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        from .explore import model_text
+
+        printer.text(repr(self) if cycle else model_text(self))
 
     def __repr__(self) -> str:
         return (
@@ -200,8 +394,9 @@ async def load_model(
 
     Args:
         location: ``hf://org/name[@rev][/path]``, ``s3://bucket/prefix/`` (any fsspec URL),
-            ``https://host/dir/``, a local folder, or a file in any of them (a ``.safetensors``
-            or ``.bt`` file, or an ``*.index.json``).
+            ``https://host/dir/``, a local folder, or a file in any of them (a ``.safetensors``,
+            ``.bt`` or ``.gguf`` file, a part of a split GGUF, or an ``*.index.json``). A folder
+            or repo without a safetensors model opens its GGUF model if it holds exactly one.
         revision: the hub revision (overrides ``@rev``).
         token: the hub token (see :func:`remotetensors.sources.hub.resolve_token`).
         storage_options: passed to fsspec untouched.
@@ -210,7 +405,9 @@ async def load_model(
         framework: ``"numpy"`` or ``"pt"``.
 
     Raises:
-        NotFoundError: neither ``model.safetensors`` nor its index exists at a folder.
+        NotFoundError: neither ``model.safetensors`` nor its index exists at a folder, nor a
+            GGUF file.
+        AmbiguousModelError: no safetensors model, and several GGUF models (named).
         HeaderError: an index or header is malformed, or a tensor of the weight map is missing
             from its shard.
     """
@@ -226,21 +423,44 @@ async def load_model(
             client=client,
             storage_options=storage_options,
         )
-        if name is not None and name.endswith(".json"):
-            shard_index = await _read_index(place, name)
-            model = await _open_sharded(text, place, shard_index, options, framework)
-        elif name is not None:
-            file = await AsyncTensorFile.open(
-                place.open(name), options=options, framework=framework
-            )
-            model = _single(text, name, file)
-        else:
-            model = await _discover(text, place, options, framework)
+        configs_task = asyncio.ensure_future(
+            read_configs(place) if options.read_configs else _no_configs()
+        )
+        try:
+            if name is not None and name.endswith(".json"):
+                shard_index = await _read_index(place, name)
+                model = await _open_sharded(text, place, shard_index, options, framework)
+            elif name is not None and (parts := split_names(name)) is not None:
+                model = await _open_gguf(text, place, parts, options, framework)
+            elif name is not None:
+                file = await AsyncTensorFile.open(
+                    place.open(name), options=options, framework=framework
+                )
+                model = _single(text, name, file)
+            else:
+                model = await _discover(text, place, options, framework)
+        except BaseException:
+            configs_task.cancel()
+            await asyncio.gather(configs_task, return_exceptions=True)
+            raise
+        model._traffic = place.traffic
+        try:
+            model._set_configs(await configs_task)
+            await model._read_logical_shapes()
+        except BaseException:
+            await model.aclose()
+            raise
     except BaseException:
         await client.aclose()
         raise
     model._client = client
+    for problem in model.true_count.problems:
+        warnings.warn(ConfigWarning(problem), stacklevel=2)
     return model
+
+
+async def _no_configs() -> ConfigFiles:
+    return ConfigFiles()
 
 
 def _single(location: str, name: str, file: AsyncTensorFile) -> AsyncModel:
@@ -265,12 +485,42 @@ async def _discover(
         return await _open_sharded(location, place, index_task.result(), options, framework)
     if single_error is None:
         return _single(location, SINGLE_FILE, single_task.result())
+    for error in (single_error, index_error):
+        # The hub says when the repo or revision itself is missing: that, not the files.
+        if isinstance(error, NotFoundError) and error.code in ("RepoNotFound", "RevisionNotFound"):
+            raise error
     if isinstance(single_error, NotFoundError) and isinstance(index_error, NotFoundError):
+        gguf_files = await find_gguf(location, place)
+        if gguf_files is not None:
+            return await _open_gguf(location, place, gguf_files, options, framework)
+        if single_error.code == "EntryNotFound":
+            raise NotFoundError(
+                f"{location}: the repo has no safetensors or GGUF weights where they are looked "
+                f"for: neither {place.location(SINGLE_FILE)} nor {place.location(INDEX_FILE)} "
+                "nor a .gguf file exists; name a subfolder, a file or an index explicitly"
+            )
         raise NotFoundError(
-            f"{location}: no model here: neither {place.location(SINGLE_FILE)} nor "
-            f"{place.location(INDEX_FILE)} exists; name another file or index explicitly"
+            f"{redact_url(location)}: no model here: neither "
+            f"{redact_url(place.location(SINGLE_FILE))} nor "
+            f"{redact_url(place.location(INDEX_FILE))} exists; name another file or index "
+            "explicitly"
         )
     raise single_error if not isinstance(single_error, NotFoundError) else index_error
+
+
+async def _open_gguf(
+    location: str, place: Place, names: list[str], options: ReadOptions, framework: str
+) -> AsyncModel:
+    """A GGUF model: one file, or the parts of a split one opened concurrently as shards."""
+    files = await open_parts(place, names, options, framework)
+    if len(files) == 1:
+        return _single(location, names[0], files[names[0]])
+    try:
+        index = join_parts(files)
+    except BaseException:
+        await asyncio.gather(*(f.aclose() for f in files.values()))
+        raise
+    return AsyncModel(location, files, index)
 
 
 async def _read_index(place: Place, name: str) -> ShardIndex:
@@ -283,7 +533,7 @@ async def _read_index(place: Place, name: str) -> ShardIndex:
             data += await source.read(len(data), prefix.size)
     finally:
         await source.aclose()
-    return parse_index(data, location=place.location(name))
+    return parse_index(data, location=redact_url(place.location(name)))
 
 
 async def _open_sharded(
@@ -327,7 +577,7 @@ async def _open_sharded(
                 HeaderErrorKind.INVALID_TENSOR_INFO,
                 f"the weight map puts tensor `{tensor}` in {file}, but that file has no such "
                 "tensor",
-                location=place.location(INDEX_FILE),
+                location=redact_url(place.location(INDEX_FILE)),
             )
         tensors[tensor] = with_file(info, file)
     unmapped = tuple(

@@ -13,6 +13,9 @@ DEFAULT_HEADER_WINDOW_BYTES = 64 * 1024
 DEFAULT_MAX_CONCURRENCY = 8
 """Requests in flight at once per file or model."""
 
+DEFAULT_CHUNK_BYTES = 64 * 1024 * 1024
+"""``to_dask``: target bytes of one Dask chunk (whole rows; one range read each)."""
+
 
 @dataclass(frozen=True, slots=True)
 class ReadOptions:
@@ -27,6 +30,9 @@ class ReadOptions:
         max_concurrency: requests in flight at once.
         progress: show tqdm bars for downloads and shard scans that take more than a second;
             None (the default) shows them when stderr is a terminal.
+        read_configs: models only: ask for ``config.json`` and ``quantization_config.json``
+            beside the weights in the discovery round (two more requests, no more rounds).
+            Off, the true count relies on the tensors alone and ``memory()`` has no config.
 
     Raises:
         ValueError: on construction, for a non-positive size or concurrency or a negative gap.
@@ -37,6 +43,7 @@ class ReadOptions:
     part_size_bytes: int = DEFAULT_PART_SIZE_BYTES
     max_concurrency: int = DEFAULT_MAX_CONCURRENCY
     progress: bool | None = None
+    read_configs: bool = True
 
     def __post_init__(self) -> None:
         if self.header_window_bytes < 8:

@@ -7,18 +7,21 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .assemble import OutputArray
-from .errors import FileClosedError, TensorNotFoundError
+from .errors import FileClosedError, TensorNotFoundError, did_you_mean
 from .fetch import Target, fetch_into, fetch_into_blocking
 from .formats import parse_any_header
+from .formats.gguf import looks_like_gguf
 from .formats.safetensors import PREFIX_BYTES, header_length
 from .frameworks import check_framework, convert
-from .options import ReadOptions
+from .options import DEFAULT_CHUNK_BYTES, ReadOptions
 from .ranges import ByteRange
 from .slicing import plan_slice
+from .sources.base import CountingSource, Traffic
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
+    import dask.array as da
     import numpy.typing as npt
 
     from .index import FileIndex, TensorInfo
@@ -28,7 +31,8 @@ if TYPE_CHECKING:
 async def read_index(source: ByteSource, options: ReadOptions) -> tuple[FileIndex, bytes]:
     """Read and validate a file's header: one request, two when it is longer than the window.
 
-    The format (safetensors or bintensors) is told by the header's first byte.
+    The format (safetensors or bintensors) is told by the header's first byte; GGUF by its
+    magic, and its header may take a few more requests (see :mod:`remotetensors.gguf_reading`).
 
     Returns:
         The index, and the bytes of the file already fetched (bytes ``[0, k)``), which later
@@ -40,6 +44,10 @@ async def read_index(source: ByteSource, options: ReadOptions) -> tuple[FileInde
     """
     prefix = await source.open_prefix(options.header_window_bytes)
     data = prefix.data
+    if looks_like_gguf(data):
+        from .gguf_reading import read_gguf_index
+
+        return await read_gguf_index(source, prefix)
     n = header_length(data, file_size=prefix.size, location=source.location)
     needed = PREFIX_BYTES + n
     if len(data) < needed:
@@ -96,11 +104,17 @@ class AsyncTensorFile:
         """Read the header of ``source`` and return the open file."""
         options = options or ReadOptions()
         check_framework(framework)
+        if not isinstance(source, CountingSource):
+            source = CountingSource(source)
         try:
             index, prefix = await read_index(source, options)
         except BaseException:
             await source.aclose()
             raise
+        if index.format == "gguf":
+            from .gguf_reading import AsyncGGUFFile
+
+            return AsyncGGUFFile(source, index, prefix, options=options, framework=framework)
         return cls(source, index, prefix, options=options, framework=framework)
 
     @classmethod
@@ -132,6 +146,12 @@ class AsyncTensorFile:
         """The validated header: tensors, metadata, sizes."""
         return self._index
 
+    @property
+    def traffic(self) -> Traffic:
+        """What crossed the network for this file so far: requests, bytes, seconds."""
+        source = self._source
+        return source.traffic if isinstance(source, CountingSource) else Traffic()
+
     def keys(self) -> list[str]:
         """Tensor names, sorted."""
         self._check_open()
@@ -142,8 +162,8 @@ class AsyncTensorFile:
         self._check_open()
         return self._index.offset_keys()
 
-    def metadata(self) -> dict[str, str] | None:
-        """The header's ``__metadata__``, or None."""
+    def metadata(self) -> dict[str, Any] | None:
+        """The header's ``__metadata__``, or None; a GGUF file's typed key/value metadata."""
         self._check_open()
         meta = self._index.metadata
         return None if meta is None else dict(meta)
@@ -159,7 +179,9 @@ class AsyncTensorFile:
             return self._index.tensors[name]
         except KeyError:
             raise TensorNotFoundError(
-                f"File does not contain tensor {name} ({self.location})", name=name
+                f"File does not contain tensor {name} ({self.location})"
+                f"{did_you_mean(name, self._index.tensors)}",
+                name=name,
             ) from None
 
     # --- data ------------------------------------------------------------------------------------
@@ -253,6 +275,19 @@ class AsyncTensorFile:
         """A lazy view of tensor ``name``; index it and await the result to fetch only that."""
         return AsyncTensorSlice(self, self.info(name))
 
+    def to_dask(self, name: str, *, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> da.Array:
+        """Tensor ``name`` as a lazy Dask array whose chunks (about ``chunk_bytes`` of whole
+        rows each) are range reads; workers in other processes read this same file version.
+
+        Raises:
+            TensorNotFoundError: the file has no such tensor.
+            MissingDependencyError: dask is not installed (``pip install "remotetensors[dask]"``).
+        """
+        from .dask import tensor_to_dask
+
+        info = self.info(name)
+        return tensor_to_dask(self._source.recipe(), info, self._options, chunk_bytes=chunk_bytes)
+
     async def _read_slice(self, info: TensorInfo, index: Any) -> Any:
         self._check_open()
         plan = plan_slice(info, index)
@@ -299,7 +334,8 @@ class AsyncTensorFile:
     def _repr_html_(self) -> str:
         from .display import html_view
 
-        return html_view(self.location, self._index.tensors.values())
+        name = self.location.rstrip("/").rsplit("/", 1)[-1]
+        return html_view(self.location, self._index.tensors.values(), traffic={name: self.traffic})
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else f"{len(self._index)} tensors"

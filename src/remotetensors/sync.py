@@ -9,25 +9,34 @@ waiting thread cancels the work in flight.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import contextlib
 import os
 import threading
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from .model import AsyncModel, load_model
 from .opening import Opening
-from .options import ReadOptions
+from .options import DEFAULT_CHUNK_BYTES, ReadOptions
 from .reader import AsyncTensorFile
 from .sources.resolve import open_local_source, open_source
 
 if TYPE_CHECKING:
     from collections.abc import Coroutine, Iterable, Mapping
 
+    import dask.array as da
     import numpy as np
     import numpy.typing as npt
 
+    from .configs import ConfigFiles
+    from .explore import TensorView
     from .index import FileIndex, ModelIndex, TensorInfo
+    from .memory import MemoryEstimate
+    from .quantization import LogicalTensor, ParameterCount, Quantization
     from .reader import AsyncTensorSlice
+    from .sources.base import Traffic
     from .sources.http import HttpOptions
+    from .tree import Tree
 
 T = TypeVar("T")
 
@@ -58,12 +67,40 @@ def run_sync(coroutine: Coroutine[Any, Any, T]) -> T:
     if threading.current_thread() is _thread:
         coroutine.close()
         raise RuntimeError("a sync remotetensors call was made on its own IO thread; await it")
-    future = asyncio.run_coroutine_threadsafe(coroutine, loop)
+    future: concurrent.futures.Future[T] = concurrent.futures.Future()
+    tasks: list[asyncio.Task[T]] = []
+
+    def start() -> None:
+        task = loop.create_task(coroutine)
+        tasks.append(task)
+        task.add_done_callback(lambda done: _settle(done, future))
+
+    loop.call_soon_threadsafe(start)
     try:
         return future.result()
     except KeyboardInterrupt:
-        future.cancel()
+        # Cancel the work and let it unwind (close connections, collect its subtasks) before
+        # the interrupt goes on, so nothing is left to fail unobserved at exit. A second
+        # Ctrl-C stops the wait.
+        loop.call_soon_threadsafe(lambda: tasks and tasks[0].cancel())
+        with contextlib.suppress(KeyboardInterrupt):
+            concurrent.futures.wait([future], timeout=CANCEL_GRACE_SECONDS)
         raise
+
+
+CANCEL_GRACE_SECONDS = 5.0
+"""After Ctrl-C, how long a sync call waits for its cancelled work to unwind."""
+
+
+def _settle(task: asyncio.Task[T], future: concurrent.futures.Future[T]) -> None:
+    """Copy a finished task's outcome into the future the calling thread waits on."""
+    if task.cancelled():
+        future.cancel()
+        future.set_running_or_notify_cancel()  # wakes concurrent.futures.wait() too
+    elif task.exception() is not None:
+        future.set_exception(task.exception())
+    else:
+        future.set_result(task.result())
 
 
 async def open_file_async(
@@ -170,9 +207,14 @@ class safe_open:  # safetensors' name for it, so that one import changes
         """Tensor names in data order."""
         return self._file.offset_keys()
 
-    def metadata(self) -> dict[str, str] | None:
-        """The header's ``__metadata__``, or None."""
+    def metadata(self) -> dict[str, Any] | None:
+        """The header's ``__metadata__``, or None; a GGUF file's typed key/value metadata."""
         return self._file.metadata()
+
+    @property
+    def traffic(self) -> Traffic:
+        """What crossed the network for this file so far: requests, bytes, seconds."""
+        return self._file.traffic
 
     def get_tensor(self, name: str) -> Any:
         """Fetch one tensor (only its bytes cross the network)."""
@@ -198,6 +240,10 @@ class safe_open:  # safetensors' name for it, so that one import changes
     def get_slice(self, name: str) -> TensorSlice:
         """A lazy view: ``f.get_slice("embed")[1000:2000]`` fetches only those rows."""
         return TensorSlice(self._file.get_slice(name))
+
+    def to_dask(self, name: str, *, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> da.Array:
+        """Tensor ``name`` as a lazy Dask array of range-read chunks (no IO until computed)."""
+        return self._file.to_dask(name, chunk_bytes=chunk_bytes)
 
     def close(self) -> None:
         """Release connections; later calls raise FileClosedError ("File is closed")."""
@@ -274,19 +320,95 @@ class Model:
         """Tensor names, sorted."""
         return self._model.keys()
 
+    @property
+    def config(self) -> dict[str, Any] | None:
+        """``config.json`` beside the weights, parsed; ``None`` when absent or unusable."""
+        return self._model.config
+
+    @property
+    def configs(self) -> ConfigFiles:
+        """``config.json`` and ``quantization_config.json`` as found, with their locations and
+        any problem reading them."""
+        return self._model.configs
+
+    @property
+    def quantization(self) -> Quantization | None:
+        """How the checkpoint is quantized (method, bits, group size, …), or ``None``."""
+        return self._model.quantization
+
+    @property
+    def true_count(self) -> ParameterCount:
+        """The true count, exact or an upper bound, with each tensor's role and logical size."""
+        return self._model.true_count
+
+    @property
+    def logical_tensors(self) -> Mapping[str, LogicalTensor]:
+        """name -> role (weight or quantization bookkeeping) and logical size, per tensor."""
+        return self._model.logical_tensors
+
     def parameter_count(self) -> dict[str, int]:
-        """Elements per dtype, as the hub counts them."""
+        """Elements per dtype as stored, as the hub and huggingface_hub count them (packed
+        containers and quantization bookkeeping included); see :attr:`num_parameters`."""
         return self._model.parameter_count()
 
     @property
     def num_parameters(self) -> int:
-        """Total number of parameters."""
+        """The true parameter count: what the unquantized model had."""
         return self._model.num_parameters
+
+    @property
+    def stored_parameters(self) -> int:
+        """Elements as stored, over all tensors."""
+        return self._model.stored_parameters
+
+    def memory(
+        self, context: int | None = None, *, batch: int = 1, kv_dtype: str | None = None
+    ) -> MemoryEstimate:
+        """Weights as stored plus the KV cache for ``batch`` sequences of ``context`` tokens;
+        no IO (the config came with the model)."""
+        return self._model.memory(context, batch=batch, kv_dtype=kv_dtype)
 
     @property
     def nbytes(self) -> int:
         """Total bytes of tensor data."""
         return self._model.nbytes
+
+    @property
+    def traffic(self) -> Traffic:
+        """What crossed the network for this model so far: requests, bytes, seconds."""
+        return self._model.traffic
+
+    @property
+    def traffic_by_file(self) -> dict[str, Traffic]:
+        """File name -> what crossed the network for it (index, configs and probes too)."""
+        return self._model.traffic_by_file
+
+    def tree(self) -> Tree:
+        """The tensors as a tree of modules, repeated blocks folded (see :mod:`.tree`)."""
+        from .explore import model_tree
+
+        return model_tree(self._model)
+
+    def tensor(self, name: str) -> TensorView:
+        """A view of one tensor: its card (name, dtype, shape, bytes, shard, byte range) and,
+        on request, ``.stats()``, ``.heatmap()``, ``.get()``; nothing is fetched here.
+
+        Raises:
+            TensorNotFoundError: the model has no such tensor.
+        """
+        from .explore import TensorView
+
+        self._model.select([name])
+        return TensorView(self, self.tensors[name], self._model.logical_tensors.get(name))
+
+    def _fetch_rows(self, name: str, blocks: list[tuple[int, int]]) -> list[Any]:
+        """Row blocks ``[(start, stop), ...]`` of tensor ``name``, fetched concurrently."""
+        view = self._model.get_slice(name)
+
+        async def fetch() -> list[Any]:
+            return list(await asyncio.gather(*(view[a:b] for a, b in blocks)))
+
+        return run_sync(fetch())
 
     def get_tensor(self, name: str) -> Any:
         """Fetch one tensor from its shard."""
@@ -300,6 +422,20 @@ class Model:
         """A lazy view: ``m.get_slice("embed")[1000:2000]`` fetches only those rows."""
         return TensorSlice(self._model.get_slice(name))
 
+    # A str is also an Iterable[str]; the first overload wins for it, as in typeshed.
+    @overload
+    def to_dask(  # type: ignore[overload-overlap]
+        self, names: str, *, chunk_bytes: int = ...
+    ) -> da.Array | dict[str, da.Array]: ...
+    @overload
+    def to_dask(self, names: Iterable[str], *, chunk_bytes: int = ...) -> dict[str, da.Array]: ...
+    def to_dask(
+        self, names: str | Iterable[str], *, chunk_bytes: int = DEFAULT_CHUNK_BYTES
+    ) -> da.Array | dict[str, da.Array]:
+        """Lazy Dask arrays of range-read chunks: one for a tensor name, a dict for a glob or
+        a list (no IO until computed)."""
+        return self._model.to_dask(names, chunk_bytes=chunk_bytes)
+
     def close(self) -> None:
         """Release connections."""
         run_sync(self._model.aclose())
@@ -312,6 +448,9 @@ class Model:
 
     def _repr_html_(self) -> str:
         return self._model._repr_html_()
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        self._model._repr_pretty_(printer, cycle)
 
     def __repr__(self) -> str:
         return repr(self._model).replace("AsyncModel", "Model", 1)

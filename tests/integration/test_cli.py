@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -30,10 +31,20 @@ def test_params_human_and_json(faulty: FaultyServer, capsys: pytest.CaptureFixtu
     data = json.loads(out)
     total = sum(t.size for t in tensors.values())
     assert data == {
+        "parameters": total,
+        "exact": True,
+        "quantization": None,
+        "declared_parameters": None,
+        "stored_parameters": total,
+        "parameters_by_dtype": expected_counts(tensors),
+        "unpacked_tensors": 0,
+        "auxiliary_tensors": 0,
         "total": total,
         "by_dtype": expected_counts(tensors),
         "bytes": sum(t.nbytes for t in tensors.values()),
         "files": 3,
+        "bits_per_weight": {"BF16": 16.0, "F16": 16.0, "F32": 32.0},
+        "bits_per_parameter": sum(t.nbytes for t in tensors.values()) * 8 / total,
     }
     status, out, _ = run(capsys, "params", base)
     assert status == 0
@@ -89,7 +100,7 @@ def test_get_writes_npy_and_safetensors(
     [
         ("missing file", "no such file"),
         ("404", "not found"),
-        ("not safetensors", "header too large"),
+        ("not safetensors", "not a safetensors file"),
         ("unknown tensor", "does not contain tensor"),
         ("bad slice", "out of bounds"),
     ],
@@ -142,3 +153,27 @@ def test_demo_runs_offline_as_a_module() -> None:
     assert "$ remotetensors get" in out
     assert out.count("crossed the network") == 3
     assert "Traceback" not in result.stderr
+    # The folder the demo wrote to is gone when it ends: its path is never shown.
+    assert tempfile.gettempdir() not in out
+    assert "-> rows.npy" in out
+
+
+def test_an_unexpected_failure_is_one_line_unless_debugging(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import remotetensors.cli as cli
+
+    def broken(args: object) -> int:
+        raise RuntimeError("boom\nsecond line")
+
+    monkeypatch.setattr(cli, "_params", broken)
+    monkeypatch.delenv(cli.DEBUG_VARIABLE, raising=False)
+    status, out, err = run(capsys, "params", "anywhere")
+    assert status == 1
+    assert out == ""
+    assert err.count("\n") == 1
+    assert "RuntimeError: boom second line" in err
+    assert "REMOTETENSORS_DEBUG=1" in err
+    monkeypatch.setenv(cli.DEBUG_VARIABLE, "1")
+    with pytest.raises(RuntimeError, match="boom"):
+        main(["params", "anywhere"])

@@ -139,10 +139,13 @@ def test_single_file_model_costs_one_round(faulty: FaultyServer) -> None:
     with rt.open_model(base) as model:
         assert model.parameter_count() == {"F32": 64}
         assert model.get_tensor("w").tobytes() == tensors["w"].tobytes()
-    # One round: the file and the index asked for at once; the small file needs nothing more.
+    # One round: the file, the index and the configs asked for at once; the small file needs
+    # nothing more (tests/integration/test_quantized_models.py proves they are concurrent).
     assert sorted(e.path for e in faulty.log.entries) == [
+        "/f/repo/config.json",
         "/f/repo/model.safetensors",
         "/f/repo/model.safetensors.index.json",
+        "/f/repo/quantization_config.json",
     ]
 
 
@@ -151,9 +154,11 @@ def test_sharded_model_costs_two_rounds_within_the_byte_budget(faulty: FaultySer
     base = serve(faulty, files)
     with rt.open_model(base) as model:
         paths = [e.path for e in faulty.log.entries]
-        # Round 1: single file (404) and index; round 2: one request per shard, nothing more.
-        assert len(paths) == 2 + 4
-        assert sorted(set(paths)) == sorted(f"/f/repo/{n}" for n in [*files, "model.safetensors"])
+        # Round 1: single file (404), index and the two configs (404); round 2: one request per
+        # shard, nothing more.
+        assert len(paths) == 4 + 4
+        configs = ["model.safetensors", "config.json", "quantization_config.json"]
+        assert sorted(set(paths)) == sorted(f"/f/repo/{n}" for n in [*files, *configs])
         shard_bytes = sum(
             e.sent_bytes
             for e in faulty.log.entries
@@ -392,5 +397,12 @@ def test_hub_locations_parse() -> None:
     )
     assert str(path) == "hf://datasets/org/data@refs%2Fpr%2F1/sub/x.safetensors"
     assert HubPath.parse("hf://org/model").path == ""
+    # One-word legacy repos (gpt2), alone or with a file; the scheme in any case.
+    assert HubPath.parse("hf://lonely").repo_id == "lonely"
+    legacy = HubPath.parse("hf://gpt2@v1/model.safetensors")
+    assert (legacy.repo_id, legacy.revision, legacy.path) == ("gpt2", "v1", "model.safetensors")
+    assert HubPath.parse("HF://Org/Model").repo_id == "Org/Model"
     with pytest.raises(ValueError, match="expected"):
-        HubPath.parse("hf://lonely")
+        HubPath.parse("hf://")
+    with pytest.raises(ValueError, match="nothing after '@'"):
+        HubPath.parse("hf://org/model@")

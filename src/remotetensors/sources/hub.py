@@ -18,13 +18,23 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 from urllib.parse import quote, unquote
 
+from ..errors import LocationError, NotFoundError, PermissionDeniedError
 from .base import Prefix
 from .http import HttpOptions, HttpSource
+from .recipe import SourceRecipe
 
 if TYPE_CHECKING:
     import httpx
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
+_FILE_SUFFIXES = (".safetensors", ".bt", ".json")
+
+
+def is_hub_location(location: str) -> bool:
+    """Whether ``location`` is an ``hf://`` URL (the scheme in any case, as URL schemes are)."""
+    return location[:5].lower() == "hf://"
+
+
 _TYPE_PREFIXES = {"datasets": "datasets/", "spaces": "spaces/", "models": ""}
 
 
@@ -49,22 +59,32 @@ class HubPath:
         """Parse ``hf://...``.
 
         Raises:
-            ValueError: not an ``hf://`` location, or no ``org/name`` in it.
+            LocationError (a ValueError): not an ``hf://`` location, no repo name in it, or an
+                empty revision after ``@``.
         """
-        if not location.startswith("hf://"):
-            raise ValueError(f"{location}: not an hf:// location")
-        parts = [p for p in location[len("hf://") :].split("/") if p]
+        if not is_hub_location(location):
+            raise LocationError(f"{location}: not an hf:// location")
+        parts = [p for p in location[5:].split("/") if p]
         repo_type = "models"
         if parts and parts[0] in _TYPE_PREFIXES:
             repo_type = parts.pop(0)
-        if len(parts) < 2:
-            raise ValueError(f"{location}: expected hf://[datasets/|spaces/]org/name[@rev][/path]")
-        org, name = parts[0], parts[1]
+        if not parts:
+            raise LocationError(
+                f"{location}: expected hf://[datasets/|spaces/]org/name[@rev][/path]"
+            )
+        # Legacy repos have one-word names (``gpt2``, ``bert-base-uncased``) and the hub still
+        # serves them: a lone name, or one followed by a file name, is such a repo.
+        legacy = len(parts) == 1 or parts[1].endswith(_FILE_SUFFIXES)
+        repo_parts, rest = (parts[:1], parts[1:]) if legacy else (parts[:2], parts[2:])
         revision = None
-        if "@" in name:
-            name, revision = name.split("@", 1)
+        if "@" in repo_parts[-1]:
+            repo_parts[-1], revision = repo_parts[-1].split("@", 1)
             revision = unquote(revision)
-        return cls(repo_type, f"{org}/{name}", revision, "/".join(parts[2:]))
+            if not revision:
+                raise LocationError(
+                    f"{location}: nothing after '@'; name a branch, tag or commit, or drop the '@'"
+                )
+        return cls(repo_type, "/".join(repo_parts), revision, "/".join(rest))
 
     def child(self, name: str) -> HubPath:
         """The location of ``name`` inside this path."""
@@ -133,6 +153,57 @@ class HubRepo:
         revision = quote(self.revision, safe="")
         return f"{self.endpoint}/{prefix}{self.repo.repo_id}/resolve/{revision}/{quote(path)}"
 
+    async def list_files(self, folder: str = "") -> list[str]:
+        """Every file under ``folder`` of the repo at the revision, as paths relative to it.
+
+        One ``GET {endpoint}/api/{type}/{repo}/tree/{revision}[/{folder}]?recursive=true``
+        (the call behind ``huggingface_hub.list_repo_files``), following ``Link: rel="next"``
+        pages.
+
+        Raises:
+            NotFoundError, PermissionDeniedError, TransportError.
+        """
+        import httpx
+
+        from ..errors import NotFoundError, PermissionDeniedError, TransportError
+
+        revision = quote(self.revision, safe="")
+        tail = f"/{quote(folder)}" if folder else ""
+        url: str | None = (
+            f"{self.endpoint}/api/{self.repo.repo_type}/{self.repo.repo_id}/tree/{revision}{tail}"
+            "?recursive=true&expand=false"
+        )
+        client = self._client or self._options.new_client()
+        names: list[str] = []
+        try:
+            for _ in range(10_000):  # pages of 1000 entries; bounded so a loop cannot hang
+                if url is None:
+                    break
+                try:
+                    response = await client.get(url, headers=dict(self._options.headers))
+                except httpx.HTTPError as exc:
+                    raise TransportError(f"{self.repo}: listing files failed: {exc}") from exc
+                if response.status_code in (404, 410):
+                    raise NotFoundError(f"{self.repo}: not found (HTTP {response.status_code})")
+                if response.status_code in (401, 403):
+                    raise PermissionDeniedError(
+                        f"{self.repo}: access denied listing files (HTTP "
+                        f"{response.status_code}); a private or gated repo needs a token"
+                    )
+                if response.status_code != 200:
+                    raise TransportError(
+                        f"{self.repo}: listing files answered HTTP {response.status_code}"
+                    )
+                for entry in response.json():
+                    if entry.get("type") == "file":
+                        path = str(entry["path"])
+                        names.append(path[len(folder) + 1 :] if folder else path)
+                url = response.links.get("next", {}).get("url")
+        finally:
+            if client is not self._client:
+                await client.aclose()
+        return names
+
     def source(self, path: str) -> HubSource:
         """A source for the file ``path`` of the repo."""
         return HubSource(self, path, client=self._client, options=self._options)
@@ -157,11 +228,52 @@ class HubSource(HttpSource):
     ) -> None:
         super().__init__(repo.url(path), client=client, options=options)
         self._repo = repo
+        self._path = path
         self._hub_location = str(repo.repo.child(path) if path else repo.repo)
 
     @property
     def location(self) -> str:
         return self._hub_location
+
+    def _status_error(
+        self, status: int, url: str, headers: httpx.Headers | None = None
+    ) -> Exception:
+        # The hub says in X-Error-Code what is missing; a user needs to know which of the repo,
+        # the revision or the file it is, and whether a token might help.
+        code = headers.get("X-Error-Code") if headers is not None else None
+        repo = self._repo.repo
+        where = f"on {self._repo.endpoint}"
+        error: NotFoundError | PermissionDeniedError
+        if code == "RepoNotFound":
+            error = NotFoundError(
+                f"{self.location}: no repo {repo.repo_id} {where} (HTTP {status} RepoNotFound); "
+                "check the name, or pass a token if it is private (--token or HF_TOKEN)"
+            )
+        elif code == "RevisionNotFound":
+            error = NotFoundError(
+                f"{self.location}: repo {repo.repo_id} has no revision {self._repo.revision!r} "
+                f"(HTTP {status} RevisionNotFound); name an existing branch, tag or commit"
+            )
+        elif code == "EntryNotFound":
+            error = NotFoundError(
+                f"{self.location}: repo {repo.repo_id} has no file {self._path!r} at revision "
+                f"{self._repo.revision!r} (HTTP {status} EntryNotFound)"
+            )
+        elif code == "GatedRepo":
+            error = PermissionDeniedError(
+                f"{self.location}: {repo.repo_id} is a gated repo (HTTP {status} GatedRepo); "
+                "accept its terms on the hub and pass a token (--token or HF_TOKEN)"
+            )
+        else:
+            return super()._status_error(status, url, headers)
+        if isinstance(error, NotFoundError):
+            error.code = code
+        return error
+
+    def recipe(self) -> SourceRecipe:
+        # The resolve URL at the pinned commit: a worker reads the same revision, and the
+        # token travels in the options' headers (sent to the hub only, never to the CDN).
+        return self._recipe_for(self._repo.url(self._path))
 
     async def open_prefix(self, length: int) -> Prefix:
         prefix = await super().open_prefix(length)

@@ -7,6 +7,7 @@ import os
 
 from ..errors import NotFoundError, PermissionDeniedError, RemoteFileChangedError
 from .base import BlockingSource, ByteSource, Prefix
+from .recipe import SourceRecipe
 
 _THREAD_MIN_BYTES = 4 * 1024 * 1024
 """Reads larger than this go to a worker thread so the event loop stays responsive."""
@@ -55,6 +56,11 @@ class LocalSource(ByteSource):
         self._validator = self._stat_validator(stat)
         data = os.pread(fd, min(length, self._size), 0)
         return Prefix(data, self._size, self._validator)
+
+    def recipe(self) -> SourceRecipe:
+        if self._fd is None:
+            raise RuntimeError("open_prefix must be called before recipe")
+        return SourceRecipe("local", self._path, self._location, self._size, self._validator)
 
     async def read_into(self, start: int, buffer: memoryview) -> None:
         if self._fd is None:

@@ -1,0 +1,313 @@
+"""How much memory a model needs to serve: its weights as stored, and its KV cache. Pure.
+
+The weights' bytes are exact: the sum of the tensors' data as the headers describe it (packed
+weights at their packed size, scales included), which is what an inference engine loads.
+
+The KV cache grows with the context. Per sequence and token, each attention layer keeps:
+
+- standard attention (MHA, GQA, MQA): a key and a value per KV head,
+  ``2 · num_key_value_heads · head_dim`` elements;
+- multi-latent attention (DeepSeek-V2/V3 style, ``kv_lora_rank`` in the config): the compressed
+  latent and the shared rotary key, ``kv_lora_rank + qk_rope_head_dim`` elements, as serving
+  engines (vLLM, SGLang) cache it;
+- sliding-window layers (``layer_types``, ``sliding_window_pattern``, or every layer when
+  ``sliding_window`` is set and ``use_sliding_window`` is not false) keep at most
+  ``sliding_window`` tokens; chunked-attention layers at most ``attention_chunk_size``;
+- linear-attention, recurrent and state-space layers keep a state that does not grow with the
+  context; it is not counted.
+
+A config that lacks what the formula needs gives the weights and says why the cache is unknown.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+KV_DTYPE_BITS = {
+    "F32": 32,
+    "F16": 16,
+    "BF16": 16,
+    "F8_E4M3": 8,
+    "F8_E5M2": 8,
+    "I8": 8,
+    "F4": 4,
+}
+"""KV-cache dtypes, by safetensors name, and their bits per element."""
+
+_KV_DTYPE_ALIASES = {
+    "float32": "F32",
+    "fp32": "F32",
+    "f32": "F32",
+    "float16": "F16",
+    "fp16": "F16",
+    "f16": "F16",
+    "half": "F16",
+    "bfloat16": "BF16",
+    "bf16": "BF16",
+    "fp8": "F8_E4M3",
+    "fp8_e4m3": "F8_E4M3",
+    "float8_e4m3fn": "F8_E4M3",
+    "f8_e4m3": "F8_E4M3",
+    "fp8_e5m2": "F8_E5M2",
+    "float8_e5m2": "F8_E5M2",
+    "f8_e5m2": "F8_E5M2",
+    "int8": "I8",
+    "i8": "I8",
+    "fp4": "F4",
+    "nvfp4": "F4",
+    "f4": "F4",
+}
+
+_FULL = {"attention", "full_attention", "global_attention", "global", "full"}
+_SLIDING = {"sliding_attention", "sliding_window_attention", "local_attention", "sliding", "local"}
+_CHUNKED = {"chunked_attention"}
+
+
+def kv_dtype_name(text: str) -> str:
+    """A KV dtype as a user or config writes it (``bf16``, ``torch.float16``, ``fp8``,
+    ``F8_E4M3``) -> its safetensors name.
+
+    Raises:
+        ValueError: an unknown name, listing the known ones.
+    """
+    key = text.strip().removeprefix("torch.")
+    if key in KV_DTYPE_BITS:
+        return key
+    found = _KV_DTYPE_ALIASES.get(key.lower())
+    if found is None:
+        known = ", ".join(sorted({*_KV_DTYPE_ALIASES, *KV_DTYPE_BITS}))
+        raise ValueError(f"unknown KV-cache dtype {text!r}; expected one of: {known}")
+    return found
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryEstimate:
+    """Memory to serve a model: weights and KV cache, in bytes.
+
+    Attributes:
+        weights_bytes: the tensors' data as stored (exact).
+        kv_cache_bytes: the KV cache for ``context`` tokens and ``batch`` sequences, or ``None``
+            when the config does not say enough (``kv_cache_unknown`` says why).
+        context: tokens per sequence.
+        batch: sequences.
+        kv_dtype: the KV cache's dtype (safetensors name), or ``None`` when unknown.
+        attention: ``"mha"``, ``"gqa"``, ``"mqa"`` or ``"mla"``; ``None`` when unknown.
+        kv_bytes_per_token: per sequence, over every layer, at full context (sliding-window
+            layers included as if they held the token).
+        full_layers: layers whose cache grows with the whole context.
+        window_layers: layers capped by a sliding window or attention chunk.
+        window_tokens: the sliding window (the attention chunk when no layer slides).
+        constant_layers: layers with a state of constant size (linear attention, SSM), not
+            counted.
+        kv_cache_unknown: why the cache could not be estimated, else ``None``.
+    """
+
+    weights_bytes: int
+    kv_cache_bytes: int | None
+    context: int | None
+    batch: int
+    kv_dtype: str | None = None
+    attention: str | None = None
+    kv_bytes_per_token: int | None = None
+    full_layers: int = 0
+    window_layers: int = 0
+    window_tokens: int | None = None
+    constant_layers: int = 0
+    kv_cache_unknown: str | None = None
+
+    @property
+    def total_bytes(self) -> int:
+        """Weights plus the KV cache (the weights alone when the cache is unknown)."""
+        return self.weights_bytes + (self.kv_cache_bytes or 0)
+
+    def as_dict(self) -> dict[str, Any]:
+        """A JSON-ready view."""
+        return {
+            "weights_bytes": self.weights_bytes,
+            "kv_cache_bytes": self.kv_cache_bytes,
+            "total_bytes": self.total_bytes,
+            "context": self.context,
+            "batch": self.batch,
+            "kv_dtype": self.kv_dtype,
+            "attention": self.attention,
+            "kv_bytes_per_token": self.kv_bytes_per_token,
+            "full_layers": self.full_layers,
+            "window_layers": self.window_layers,
+            "window_tokens": self.window_tokens,
+            "constant_layers": self.constant_layers,
+            "kv_cache_unknown": self.kv_cache_unknown,
+        }
+
+
+def text_config(config: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The language model's part of a config: its ``text_config`` (or ``llm_config``) when it
+    has one, with the top level's dtype and quantization filled in."""
+    for key in ("text_config", "llm_config", "language_config"):
+        inner = config.get(key)
+        if isinstance(inner, Mapping) and inner:
+            merged = dict(inner)
+            for shared in ("torch_dtype", "dtype", "quantization_config"):
+                if shared in config and shared not in merged:
+                    merged[shared] = config[shared]
+            return merged
+    return config
+
+
+def _int(config: Mapping[str, Any], *keys: str) -> int | None:
+    for key in keys:
+        value = config.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
+
+
+def _auto_kv_dtype(config: Mapping[str, Any]) -> str | None:
+    quant = config.get("quantization_config")
+    if isinstance(quant, Mapping):
+        scheme = quant.get("kv_cache_scheme")
+        if isinstance(scheme, Mapping) and scheme.get("num_bits") == 8:
+            return "F8_E4M3" if scheme.get("type", "float") == "float" else "I8"
+    for key in ("torch_dtype", "dtype"):
+        value = config.get(key)
+        if isinstance(value, str):
+            try:
+                return kv_dtype_name(value)
+            except ValueError:
+                continue
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class _Layers:
+    """How a model's attention layers keep their cache."""
+
+    full: int  # the whole context
+    sliding: int = 0  # at most ``window`` tokens
+    window: int | None = None
+    chunked: int = 0  # at most ``chunk`` tokens
+    chunk: int | None = None
+    constant: int = 0  # a state that does not grow (linear attention, SSM)
+
+    def tokens(self, context: int) -> int:
+        """Cached tokens over all layers, for one sequence of ``context`` tokens."""
+        capped = self.sliding * min(self.window or context, context)
+        capped += self.chunked * min(self.chunk or context, context)
+        return self.full * context + capped
+
+
+def _layer_kinds(config: Mapping[str, Any], layers: int) -> _Layers:
+    window = _int(config, "sliding_window")
+    chunk = _int(config, "attention_chunk_size")
+    kinds = config.get("layer_types")
+    if isinstance(kinds, list) and kinds:
+        names = [str(k).lower() for k in kinds[:layers]]
+        sliding = sum(k in _SLIDING for k in names)
+        chunked = sum(k in _CHUNKED for k in names)
+        constant = len(names) - sliding - chunked - sum(k in _FULL for k in names)
+        full = layers - sliding - chunked - constant  # layers the list leaves out: full
+        if window is None:  # no size given: those layers keep everything
+            full, sliding = full + sliding, 0
+        if chunk is None:
+            full, chunked = full + chunked, 0
+        return _Layers(full, sliding, window, chunked, chunk, constant)
+    pattern = _int(config, "sliding_window_pattern")
+    if pattern is None and config.get("model_type") == "gemma2":
+        pattern = 2  # Gemma 2 alternates local and global layers; older configs do not say
+    if pattern and window:
+        full = layers // pattern  # every pattern-th layer is global (Gemma 2/3, Cohere 2)
+        return _Layers(full, layers - full, window)
+    if not window or config.get("use_sliding_window") is False:
+        return _Layers(layers)
+    limit = config.get("max_window_layers")
+    if config.get("use_sliding_window") is True and isinstance(limit, int):
+        full = min(max(limit, 0), layers)  # Qwen2: layers from max_window_layers on slide
+        return _Layers(full, layers - full, window)
+    return _Layers(0, layers, window)  # Mistral: every layer
+
+
+def estimate_memory(
+    config: Mapping[str, Any] | None,
+    weights_bytes: int,
+    *,
+    context: int | None = None,
+    batch: int = 1,
+    kv_dtype: str | None = None,
+) -> MemoryEstimate:
+    """Weights and KV-cache bytes for ``batch`` sequences of ``context`` tokens.
+
+    Args:
+        config: ``config.json`` as a dict (a nested ``text_config`` is used), or ``None``.
+        weights_bytes: the tensors' bytes as stored.
+        context: tokens per sequence; ``None`` takes the config's ``max_position_embeddings``.
+        batch: sequences held at once.
+        kv_dtype: ``"bf16"``, ``"fp8"``, ``"F8_E4M3"``, …; ``None`` or ``"auto"`` takes the
+            config's ``kv_cache_scheme`` or its ``torch_dtype``.
+
+    Raises:
+        ValueError: a negative context or batch, or an unknown ``kv_dtype``.
+    """
+    if batch < 1:
+        raise ValueError(f"batch must be at least 1, got {batch}")
+    if context is not None and context < 0:
+        raise ValueError(f"context must not be negative, got {context}")
+    explicit = kv_dtype_name(kv_dtype) if kv_dtype is not None and kv_dtype != "auto" else None
+
+    def unknown(why: str, **known: Any) -> MemoryEstimate:
+        return MemoryEstimate(weights_bytes, None, context, batch, kv_cache_unknown=why, **known)
+
+    if config is None:
+        return unknown("no config.json beside the weights")
+    cfg = text_config(config)
+    if context is None:
+        context = _int(cfg, "max_position_embeddings", "n_positions", "max_seq_len", "seq_length")
+        if context is None:
+            return unknown("no --context given and the config states no maximum length")
+    dtype = explicit or _auto_kv_dtype(cfg)
+    if dtype is None:
+        return unknown("the config names no dtype (torch_dtype); give the KV dtype")
+    layers = _int(cfg, "num_hidden_layers", "n_layer", "num_layers", "n_layers")
+    if layers is None:
+        return unknown(
+            "the config does not say how many layers (num_hidden_layers)", kv_dtype=dtype
+        )
+    heads = _int(cfg, "num_attention_heads", "n_head", "num_heads", "n_heads")
+    latent = _int(cfg, "kv_lora_rank")
+    if latent is not None:
+        per_layer = latent + (_int(cfg, "qk_rope_head_dim") or 0)
+        attention = "mla"
+    else:
+        hidden = _int(cfg, "hidden_size", "n_embd", "d_model", "dim")
+        if heads is None:
+            return unknown(
+                "the config does not say how many attention heads (num_attention_heads)",
+                kv_dtype=dtype,
+            )
+        kv_heads = _int(cfg, "num_key_value_heads", "n_head_kv", "num_kv_heads", "n_kv_heads")
+        if kv_heads is None:
+            kv_heads = 1 if cfg.get("multi_query") else heads
+        head_dim = _int(cfg, "head_dim", "attention_head_size")
+        if head_dim is None:
+            if hidden is None:
+                return unknown("the config gives neither head_dim nor hidden_size", kv_dtype=dtype)
+            head_dim = hidden // heads
+        per_layer = 2 * kv_heads * head_dim
+        attention = "mqa" if kv_heads == 1 else ("mha" if kv_heads == heads else "gqa")
+    kinds = _layer_kinds(cfg, layers)
+    bits = KV_DTYPE_BITS[dtype]
+    kv_bits = kinds.tokens(context) * per_layer * bits * batch
+    growing = kinds.full + kinds.sliding + kinds.chunked
+    return MemoryEstimate(
+        weights_bytes,
+        (kv_bits + 7) // 8,
+        context,
+        batch,
+        kv_dtype=dtype,
+        attention=attention,
+        kv_bytes_per_token=(growing * per_layer * bits + 7) // 8,
+        full_layers=kinds.full,
+        window_layers=kinds.sliding + kinds.chunked,
+        window_tokens=kinds.window if kinds.sliding else kinds.chunk,
+        constant_layers=kinds.constant,
+    )

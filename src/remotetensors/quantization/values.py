@@ -1,0 +1,158 @@
+"""The values a true count is made of: the quantization a config describes, each tensor's role
+and logical size, and the model's total. Pure."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ..index import TensorInfo
+
+WEIGHT = "weight"
+"""Role of a tensor that holds model parameters (packed or not)."""
+AUXILIARY = "auxiliary"
+"""Role of quantization bookkeeping: scales, zero points, ``g_idx``, ``absmax``, shapes, …"""
+
+
+@dataclass(frozen=True, slots=True)
+class Quantization:
+    """How a checkpoint was quantized, as its config says.
+
+    Attributes:
+        method: ``quant_method`` lowercased (``"gptq"``, ``"awq"``, ``"bitsandbytes"``,
+            ``"compressed-tensors"``, ``"fp8"``, ``"mxfp4"``, ``"mlx"``, …).
+        bits: bits per weight, when the config gives one width (``None`` when mixed or unsaid).
+        group_size: weights per scale group; ``None`` when per channel or unsaid.
+        modules_not_converted: modules left unquantized (``modules_to_not_convert``,
+            ``llm_int8_skip_modules``, compressed-tensors' ``ignore``), as written.
+        format: the storage format where the method has several (bitsandbytes ``"nf4"``/
+            ``"fp4"``/``"int8"``, compressed-tensors ``"pack-quantized"``, AWQ ``"gemm"``, …).
+        expert_dtype: the routed experts' dtype, when the config names one apart from the rest.
+        source: where it was read (``"config.json: quantization_config"``).
+        config: the quantization block itself.
+    """
+
+    method: str
+    bits: int | None = None
+    group_size: int | None = None
+    modules_not_converted: tuple[str, ...] = ()
+    format: str | None = None
+    expert_dtype: str | None = None
+    source: str = ""
+    config: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    def as_dict(self) -> dict[str, Any]:
+        """A JSON-ready summary (no raw config)."""
+        return {
+            "method": self.method,
+            "bits": self.bits,
+            "group_size": self.group_size,
+            "format": self.format,
+            "modules_not_converted": list(self.modules_not_converted),
+            "expert_dtype": self.expert_dtype,
+            "source": self.source,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class LogicalTensor:
+    """One tensor as the unquantized model would have it.
+
+    Attributes:
+        name: the stored tensor's name.
+        role: :data:`WEIGHT` (parameters) or :data:`AUXILIARY` (quantization bookkeeping).
+        num_parameters: the parameters it holds: the unpacked element count of a packed weight,
+            the stored count of a plain one, 0 for bookkeeping.
+        shape: the logical shape when known (``None`` when only the count is known).
+        exact: False when ``num_parameters`` is an upper bound (a width that does not divide
+            its container, and no logical shape stored).
+        packing: how the values are packed (``"gptq 4-bit, 8 per I32"``); ``None`` when stored
+            one per element, or for bookkeeping the reason it is bookkeeping.
+    """
+
+    name: str
+    role: str
+    num_parameters: int
+    shape: tuple[int, ...] | None
+    exact: bool = True
+    packing: str | None = None
+
+
+RawLogical = tuple[str, int, "tuple[int, ...] | None", bool, "str | None"]
+"""(role, parameters, logical shape, exact, packing): a LogicalTensor before it is built."""
+
+
+class LogicalTensors(Mapping[str, LogicalTensor]):
+    """name -> :class:`LogicalTensor`, in the order of the model's tensors; read-only.
+
+    Values are built when asked for, so counting a model of 200,000 tensors does not build
+    200,000 objects that nobody looks at.
+    """
+
+    __slots__ = ("_raw",)
+
+    def __init__(self, raw: dict[str, RawLogical]) -> None:
+        self._raw = raw
+
+    def __getitem__(self, name: str) -> LogicalTensor:
+        return LogicalTensor(name, *self._raw[name])
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._raw)
+
+    def __len__(self) -> int:
+        return len(self._raw)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._raw
+
+    def raw_items(self) -> Iterator[tuple[str, RawLogical]]:
+        """(name, (role, parameters, shape, exact, packing)) without building objects."""
+        return iter(self._raw.items())
+
+    def __repr__(self) -> str:
+        return f"<LogicalTensors: {len(self._raw)} tensors>"
+
+
+@dataclass(frozen=True, slots=True)
+class ParameterCount:
+    """A model's true parameter count and how it was found.
+
+    Attributes:
+        total: parameters of the unquantized model (an upper bound when ``exact`` is False).
+        exact: whether every tensor's count is exact.
+        stored_total: elements as stored (the hub's naive count, for comparison).
+        quantization: what the config says, or ``None`` for an unquantized model.
+        tensors: name -> :class:`LogicalTensor`, for every tensor.
+        declared_total: ``total_parameters`` as the file's or index's metadata declares it.
+        problems: messages about the config (each naming the file); shown as warnings.
+    """
+
+    total: int
+    exact: bool
+    stored_total: int
+    quantization: Quantization | None
+    tensors: LogicalTensors
+    declared_total: int | None = None
+    problems: tuple[str, ...] = ()
+
+    @property
+    def unpacked(self) -> list[str]:
+        """Names of tensors whose values were unpacked (several per stored element)."""
+        return [n for n, t in self.tensors.raw_items() if t[0] == WEIGHT and t[4]]
+
+    @property
+    def auxiliary(self) -> list[str]:
+        """Names of bookkeeping tensors left out of the count."""
+        return [n for n, t in self.tensors.raw_items() if t[0] == AUXILIARY]
+
+    def by_dtype(self, tensors: Mapping[str, TensorInfo]) -> dict[str, int]:
+        """True parameters per stored dtype (bookkeeping left out), sorted by dtype."""
+        counts: dict[str, int] = {}
+        for name, (role, parameters, *_) in self.tensors.raw_items():
+            if role == WEIGHT:
+                key = tensors[name].dtype
+                counts[key] = counts.get(key, 0) + parameters
+        return dict(sorted(counts.items()))

@@ -1,0 +1,347 @@
+"""True parameter counts from headers and config (pure): every layout against the float model."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from remotetensors.index import TensorInfo
+from remotetensors.quantization import AUXILIARY, WEIGHT, count_parameters, describe_quantization
+from tests import quantized as q
+
+
+def infos(spec: q.Spec) -> dict[str, TensorInfo]:
+    """TensorInfos for a spec, laid out one after another (offsets do not matter here)."""
+    result: dict[str, TensorInfo] = {}
+    offset = 0
+    for name, (dtype, shape) in spec.items():
+        size = math.prod(shape) * np.dtype(q.NUMPY[dtype]).itemsize if dtype in q.NUMPY else 0
+        result[name] = TensorInfo(name, dtype, shape, offset, offset + size)
+        offset += size
+    return result
+
+
+ARCH = q.Arch()
+MOE = replace(q.Arch(), experts=4, shared_experts=True)
+
+
+def check_exact(spec: q.Spec, config: dict[str, Any] | None, oracle: int, **kw: Any) -> Any:
+    result = count_parameters(infos(spec), config, **kw)
+    assert result.problems == ()
+    assert result.total == oracle
+    assert result.exact
+    return result
+
+
+@pytest.mark.parametrize("bits", [2, 3, 4, 8])
+@pytest.mark.parametrize("desc_act", [False, True])
+def test_gptq(bits: int, desc_act: bool) -> None:
+    spec, config = q.gptq(ARCH, bits=bits, desc_act=desc_act)
+    result = check_exact(spec, config, q.float_count(ARCH))
+    assert result.quantization is not None
+    assert (result.quantization.method, result.quantization.bits) == ("gptq", bits)
+    assert result.quantization.group_size == 128
+    name = "model.layers.0.mlp.down_proj"
+    logical = result.tensors[f"{name}.qweight"]
+    assert logical.shape == q.float_model(ARCH)[f"{name}.weight"]
+    assert logical.role == WEIGHT
+    assert logical.packing
+    for leaf in ("qzeros", "scales", "g_idx"):
+        assert result.tensors[f"{name}.{leaf}"].role == AUXILIARY
+    assert result.stored_total < result.total
+
+
+def test_gptq_without_g_idx_and_a_width_that_does_not_divide_is_an_upper_bound() -> None:
+    spec, config = q.gptq(ARCH, bits=3)
+    for name in [n for n in spec if n.endswith(".g_idx")]:
+        del spec[name]
+    result = count_parameters(infos(spec), config)
+    assert result.total == q.float_count(ARCH)  # 3-bit GPTQ packs whole groups of 32 inputs
+    assert not result.exact
+    spec4, config4 = q.gptq(ARCH, bits=4)
+    for name in [n for n in spec4 if n.endswith(".g_idx")]:
+        del spec4[name]
+    check_exact(spec4, config4, q.float_count(ARCH))
+
+
+@pytest.mark.parametrize("bits", [4, 8])
+def test_awq(bits: int) -> None:
+    spec, config = q.awq(ARCH, bits=bits)
+    result = check_exact(spec, config, q.float_count(ARCH))
+    assert result.quantization is not None
+    assert result.quantization.method == "awq"
+    assert result.quantization.modules_not_converted == ("lm_head",)
+    name = "model.layers.1.self_attn.k_proj"
+    assert result.tensors[f"{name}.qweight"].shape == q.float_model(ARCH)[f"{name}.weight"]
+
+
+def test_gptq_and_awq_without_config_infer_width_and_orientation() -> None:
+    for spec, _ in (q.gptq(ARCH, bits=8), q.awq(ARCH, bits=4)):
+        check_exact(spec, None, q.float_count(ARCH))
+
+
+@pytest.mark.parametrize("double", [False, True])
+@pytest.mark.parametrize("quant_type", ["nf4", "fp4"])
+def test_bitsandbytes_4bit(double: bool, quant_type: str) -> None:
+    spec, config = q.bnb4(ARCH, quant_type=quant_type, double=double)
+    result = check_exact(spec, config, q.float_count(ARCH))
+    assert result.quantization is not None
+    assert (result.quantization.method, result.quantization.bits) == ("bitsandbytes", 4)
+    assert result.quantization.format == quant_type
+    state = f"model.layers.0.mlp.up_proj.weight.quant_state.bitsandbytes__{quant_type}"
+    assert result.tensors[state].role == AUXILIARY
+
+
+def test_bitsandbytes_8bit() -> None:
+    spec, config = q.bnb8(ARCH)
+    result = check_exact(spec, config, q.float_count(ARCH))
+    assert result.quantization is not None
+    assert result.quantization.bits == 8
+    assert result.tensors["model.layers.0.mlp.up_proj.SCB"].role == AUXILIARY
+    assert result.tensors["model.layers.0.mlp.up_proj.weight_format"].role == AUXILIARY
+
+
+def test_compressed_tensors_pack_quantized_uses_the_stored_shapes() -> None:
+    odd = replace(ARCH, intermediate=372)  # 372 inputs do not fill the last int32 of a row
+    spec, config = q.compressed_pack(odd, bits=4, group=32)
+    header_only = count_parameters(infos(spec), config)
+    assert not header_only.exact
+    assert header_only.total >= q.float_count(odd)
+    shapes = {n: tuple(int(x) for x in v) for n, v in q.weight_shape_values(odd).items()}
+    result = check_exact(spec, config, q.float_count(odd), logical_shapes=shapes)
+    assert result.quantization is not None
+    assert result.quantization.format == "pack-quantized"
+    assert result.quantization.modules_not_converted == ("lm_head", "re:.*mlp.gate$")
+    assert result.tensors["model.layers.0.mlp.down_proj.weight_shape"].role == AUXILIARY
+
+
+def test_compressed_tensors_nvfp4_and_float() -> None:
+    for build in (q.compressed_nvfp4, q.compressed_float):
+        spec, config = build(ARCH)
+        check_exact(spec, config, q.float_count(ARCH))
+
+
+def test_fine_grained_fp8() -> None:
+    spec, config = q.fp8_blocks(ARCH)
+    result = check_exact(spec, config, q.float_count(ARCH))
+    assert result.quantization is not None
+    assert result.quantization.method == "fp8"
+    assert result.tensors["model.layers.0.self_attn.q_proj.weight_scale_inv"].role == AUXILIARY
+
+
+def test_mxfp4_gpt_oss() -> None:
+    spec, config, oracle = q.gpt_oss(replace(ARCH, experts=4, expert_intermediate=64))
+    result = check_exact(spec, config, oracle)
+    blocks = result.tensors["model.layers.0.mlp.experts.down_proj_blocks"]
+    assert blocks.shape == (4, ARCH.hidden, 64)
+
+
+@pytest.mark.parametrize("bits", [3, 4, 6, 8])
+def test_mlx(bits: int) -> None:
+    overrides: dict[str, Any] = {
+        "lm_head": {"bits": 8, "group_size": 32},
+        "model.layers.0.mlp.down_proj": {"bits": 6, "group_size": 64},
+        "model.layers.1.self_attn.v_proj": False,
+    }
+    spec, config = q.mlx(ARCH, bits=bits, overrides=overrides)
+    result = check_exact(spec, config, q.float_count(ARCH))
+    assert result.quantization is not None
+    assert (result.quantization.method, result.quantization.bits) == ("mlx", bits)
+    assert "model.layers.1.self_attn.v_proj" in result.quantization.modules_not_converted
+    assert result.tensors["lm_head.weight"].shape == (ARCH.vocab, ARCH.hidden)
+
+
+def test_mlx_without_quantization_block_infers_widths_from_scales() -> None:
+    spec, config = q.mlx(ARCH, bits=4)
+    del config["quantization"], config["quantization_config"]
+    result = count_parameters(infos(spec), config)
+    # No group size: each width is a guess, flagged as such rather than trusted.
+    assert result.problems
+    assert not result.exact
+
+
+def test_moe_with_experts_in_another_width_through_regex_targets() -> None:
+    spec, config = q.moe_compressed(MOE)
+    shapes = {n: tuple(int(x) for x in v) for n, v in q.weight_shape_values(MOE).items()}
+    check_exact(spec, config, q.float_count(MOE), logical_shapes=shapes)
+    header_only = count_parameters(infos(spec), config)
+    assert header_only.total == q.float_count(MOE)  # every width here fills its int32
+
+
+def test_routed_experts_in_fp4_beside_fp8() -> None:
+    spec, config = q.fp8_fp4_experts(MOE)
+    result = check_exact(spec, config, q.float_count(MOE))
+    assert result.quantization is not None
+    assert result.quantization.expert_dtype == "fp4"
+    shared = "model.layers.0.mlp.shared_experts.up_proj.weight"
+    assert result.tensors[shared].packing is None  # shared experts stay FP8, one per byte
+    scale = "model.layers.0.mlp.experts.1.up_proj.weight_scale"
+    assert result.tensors[scale].role == AUXILIARY
+
+
+def test_e8m0_is_never_a_weight() -> None:
+    spec = q.float_spec(ARCH)
+    spec["model.layers.0.mlp.down_proj.scales_e8m0"] = ("F8_E8M0", (ARCH.hidden, 12))
+    result = count_parameters(infos(spec), None)
+    assert result.total == q.float_count(ARCH)
+    assert result.quantization is None
+
+
+def test_unquantized_model_counts_as_stored() -> None:
+    spec = q.float_spec(ARCH)
+    result = count_parameters(infos(spec), ARCH.config())
+    assert result.quantization is None
+    assert result.total == result.stored_total == q.float_count(ARCH)
+    assert result.auxiliary == []
+    assert result.unpacked == []
+
+
+# --- configs that cannot be believed ----------------------------------------------------------
+
+
+def test_unknown_method_warns_and_counts_from_the_layout() -> None:
+    spec, config = q.gptq(ARCH)
+    config["quantization_config"]["quant_method"] = "fancy-new-thing"
+    result = count_parameters(infos(spec), config)
+    assert result.total == q.float_count(ARCH)
+    assert any("unknown quantization method 'fancy-new-thing'" in p for p in result.problems)
+    assert all("config.json" in p for p in result.problems)
+
+
+def test_gptq_config_over_float_weights_is_reported() -> None:
+    _, config = q.gptq(ARCH)
+    result = count_parameters(infos(q.float_spec(ARCH)), config)
+    assert result.total == q.float_count(ARCH)
+    assert len(result.problems) == 1
+    assert "says gptq" in result.problems[0]
+    assert "config.json" in result.problems[0]
+
+
+def test_where_the_block_is_found() -> None:
+    _, config = q.gptq(ARCH)
+    nested = {"model_type": "llava", "text_config": config}
+    found, _ = describe_quantization(nested)
+    assert found is not None
+    assert found.source == "config.json: text_config: quantization_config"
+    separate, _ = describe_quantization(ARCH.config(), {"quant_method": "AWQ", "bits": 4})
+    assert separate is not None
+    assert separate.method == "awq"
+    assert separate.source == "quantization_config.json"
+    assert describe_quantization(None) == (None, ())
+
+
+def test_declared_total_is_reported_beside_ours() -> None:
+    spec, config = q.awq(ARCH)
+    result = count_parameters(infos(spec), config, metadata={"total_parameters": "12345"})
+    assert result.declared_total == 12345
+    assert result.total == q.float_count(ARCH)
+
+
+def test_mlx_top_level_quantization_block_alone() -> None:
+    spec, config = q.mlx(ARCH, bits=8, group=32)
+    del config["quantization_config"]
+    result = check_exact(spec, config, q.float_count(ARCH))
+    assert result.quantization is not None
+    assert result.quantization.source == "config.json: quantization"
+    assert (result.quantization.method, result.quantization.group_size) == ("mlx", 32)
+
+
+@pytest.mark.parametrize("build", [q.gptq, q.awq])
+def test_a_width_the_tensors_contradict_is_reported_once(build: Any) -> None:
+    spec, config = build(ARCH, bits=4)
+    config["quantization_config"]["bits"] = 8  # the tensors hold 4-bit values
+    result = count_parameters(infos(spec), config)
+    assert result.total == q.float_count(ARCH)  # the zero points' packing gives the width
+    assert len(result.problems) == 1
+    assert "says 8-bit" in result.problems[0]
+    assert f"{len(q.linears(ARCH)):,} tensors" in result.problems[0]
+
+
+def test_stored_shapes_the_packed_weights_cannot_hold_are_not_believed() -> None:
+    spec, config = q.compressed_pack(ARCH, bits=4, group=32)
+    shapes = {n: (v[0], v[1] * 3) for n, v in q.weight_shape_values(ARCH).items()}
+    result = count_parameters(infos(spec), config, logical_shapes=shapes)
+    assert result.total == q.float_count(ARCH)  # from the packed tensors: these rows are full
+    assert not result.exact
+    assert len(result.problems) == 1
+    assert "weight_shape" in result.problems[0]
+
+
+@given(
+    hidden=st.integers(1, 6).map(lambda n: 128 * n),
+    intermediate=st.integers(1, 8).map(lambda n: 128 * n),
+    heads=st.sampled_from([2, 4, 8]),
+    kv_heads=st.sampled_from([1, 2]),
+    layers=st.integers(1, 3),
+    vocab=st.integers(1, 1000),
+    layout=st.sampled_from(["gptq", "awq", "bnb4", "bnb8", "nvfp4", "fp8", "mlx"]),
+    bits=st.sampled_from([2, 3, 4, 8]),
+)
+def test_any_shape_counts_as_its_float_model(
+    hidden: int,
+    intermediate: int,
+    heads: int,
+    kv_heads: int,
+    layers: int,
+    vocab: int,
+    layout: str,
+    bits: int,
+) -> None:
+    arch = q.Arch(
+        hidden=hidden,
+        intermediate=intermediate,
+        heads=heads,
+        kv_heads=kv_heads,
+        head_dim=64,
+        vocab=vocab,
+        layers=layers,
+    )
+    builds = {
+        "gptq": lambda: q.gptq(arch, bits=bits),
+        "awq": lambda: q.awq(arch, bits=4 if bits == 3 else bits),
+        "bnb4": lambda: q.bnb4(arch),
+        "bnb8": lambda: q.bnb8(arch),
+        "nvfp4": lambda: q.compressed_nvfp4(arch),
+        "fp8": lambda: q.fp8_blocks(arch),
+        "mlx": lambda: q.mlx(arch, bits=bits, group=64),
+    }
+    spec, config = builds[layout]()
+    check_exact(spec, config, q.float_count(arch))
+
+
+@given(intermediate=st.integers(1, 300), bits=st.sampled_from([4, 8]))
+def test_pack_quantized_with_any_row_width(intermediate: int, bits: int) -> None:
+    arch = q.Arch(intermediate=intermediate)
+    spec, config = q.compressed_pack(arch, bits=bits, group=4)
+    header_only = count_parameters(infos(spec), config)
+    assert header_only.total >= q.float_count(arch)  # an upper bound, flagged as one
+    assert not header_only.exact
+    shapes = {n: tuple(int(x) for x in v) for n, v in q.weight_shape_values(arch).items()}
+    check_exact(spec, config, q.float_count(arch), logical_shapes=shapes)
+
+
+def test_blocks_without_a_method_name() -> None:
+    autogptq = {"bits": 4, "group_size": 128, "desc_act": False, "sym": True}
+    found, _ = describe_quantization(ARCH.config(), autogptq)
+    assert found is not None
+    assert (found.method, found.bits) == ("gptq", 4)
+    autoawq = {"w_bit": 4, "q_group_size": 128, "zero_point": True, "version": "GEMM"}
+    found, _ = describe_quantization(ARCH.config(), autoawq)
+    assert found is not None
+    assert (found.method, found.bits, found.group_size, found.format) == ("awq", 4, 128, "gemm")
+    spelled = ARCH.config(quantization_config={"quant_method": "Compressed_Tensors"})
+    found, problems = describe_quantization(spelled)
+    assert found is not None
+    assert found.method == "compressed-tensors"
+    assert problems == ()
+    kept = ARCH.config(quantization_config={"quant_method": "FP_Quant"})
+    found, problems = describe_quantization(kept)
+    assert found is not None
+    assert found.method == "fp_quant"  # as the config says, lowercased
+    assert "unknown quantization method 'FP_Quant'" in problems[0]
