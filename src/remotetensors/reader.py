@@ -58,10 +58,15 @@ async def read_index(source: ByteSource, options: ReadOptions) -> tuple[FileInde
     return index, data
 
 
-def read_index_now(source: BlockingSource, options: ReadOptions) -> tuple[FileIndex, bytes]:
-    """:func:`read_index` in the calling thread, for a source with a blocking twin."""
+def read_index_now(
+    source: BlockingSource, options: ReadOptions
+) -> tuple[FileIndex, bytes] | None:
+    """:func:`read_index` in the calling thread, for a source with a blocking twin; None for
+    a GGUF file, whose header is read in growing windows by the async path."""
     prefix = source.open_prefix_now(options.header_window_bytes)
     data = prefix.data
+    if looks_like_gguf(data):
+        return None
     n = header_length(data, file_size=prefix.size, location=source.location)
     needed = PREFIX_BYTES + n
     if len(data) < needed:
@@ -128,10 +133,14 @@ class AsyncTensorFile:
         options = options or ReadOptions()
         check_framework(framework)
         try:
-            index, prefix = read_index_now(blocking, options)
+            read = read_index_now(blocking, options)
         except BaseException:
             blocking.close_now()
             raise
+        if read is None:
+            blocking.close_now()
+            return None
+        index, prefix = read
         return cls(source, index, prefix, options=options, framework=framework)
 
     # --- what the header says ----------------------------------------------------------------
