@@ -14,7 +14,9 @@ import sys
 
 import pytest
 
-HEAVY = ("fsspec", "ml_dtypes", "tqdm", "huggingface_hub", "aiohttp", "torch", "safetensors")
+# Not listed: safetensors and bintensors (1-2 ms together), imported on purpose when installed so
+# that our errors are also instances of their exception classes (the drop-in, see errors.py).
+HEAVY = ("fsspec", "ml_dtypes", "tqdm", "huggingface_hub", "aiohttp", "torch")
 
 _REPORT = (
     "import json, sys\n"
