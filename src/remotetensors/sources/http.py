@@ -41,6 +41,7 @@ from ..errors import (
 )
 from ..ranges import ByteRange
 from .base import ByteSource, Prefix
+from .ratelimit import limiter_for
 from .rawhttp import RawConnectionError, RawRangeClient, RawTimeoutError
 from .recipe import SourceRecipe
 from .tls import shared_ssl_context
@@ -286,10 +287,13 @@ class HttpSource(ByteSource):
         if direct is not None:
             return await self._one_direct_request(direct, start, end, buffer)
         url = self._data_url
+        limiter = limiter_for(url)  # shared by the whole process: see .ratelimit
+        await limiter.acquire()
         try:
             async with self._http().stream(
                 "GET", url, headers=self._headers(start, end, first=first)
             ) as response:
+                limiter.observe(response.status_code, response.headers)
                 if str(response.url) != url:
                     self._data_url = str(response.url)
                 if first:
@@ -325,6 +329,8 @@ class HttpSource(ByteSource):
                 return False
             return True
 
+        limiter = limiter_for(url)
+        await limiter.acquire()
         try:
             answer = await direct.get_into(
                 url, self._headers(start, end, first=False), buffer, accept
@@ -340,6 +346,7 @@ class HttpSource(ByteSource):
         if problems:
             raise problems[0]
         status, headers = answer.status, answer.headers
+        limiter.observe(status, headers)
         if status == 206 and answer.body_read:
             return answer.received
         if status == 206:
