@@ -32,6 +32,7 @@ from .options import ReadOptions
 from .quantization import LogicalTensor, ParameterCount, Quantization
 from .ranges import ByteRange
 from .reader import AsyncTensorFile, AsyncTensorSlice
+from .scan import ModelSummary, ScanResult, scan, scan_async
 from .sources.http import HttpOptions
 from .sync import Model, TensorSlice, open_async, open_model, safe_open
 
@@ -59,6 +60,7 @@ __all__ = [
     "MissingDependencyError",
     "Model",
     "ModelIndex",
+    "ModelSummary",
     "NotFoundError",
     "ParameterCount",
     "PermissionDeniedError",
@@ -68,6 +70,7 @@ __all__ = [
     "RemoteFileChangedError",
     "RemoteTensorsError",
     "RequestTimeoutError",
+    "ScanResult",
     "SliceError",
     "TensorInfo",
     "TensorNotFoundError",
@@ -80,6 +83,8 @@ __all__ = [
     "open_model_async",
     "parameter_count",
     "safe_open",
+    "scan",
+    "scan_async",
     "verify_checksum",
     "verify_checksum_async",
 ]

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from . import scan_cli
 from .demo import CountingServer, write_safetensors, write_sample_checkpoint
 from .display import human_bytes, human_count, plain_table, shown_metadata
 from .errors import RemoteTensorsError
@@ -57,8 +58,15 @@ def _parser() -> argparse.ArgumentParser:
         sub.set_defaults(run=run)
         return sub
 
-    def location_options(sub: argparse.ArgumentParser, *, json_flag: bool = True) -> None:
-        sub.add_argument("location", help="hf://org/name, s3://bucket/prefix/, https://..., a path")
+    def location_options(
+        sub: argparse.ArgumentParser, *, json_flag: bool = True, many: bool = False
+    ) -> None:
+        sub.add_argument(
+            "location",
+            nargs="*" if many else None,
+            help="hf://org/name, s3://bucket/prefix/, https://..., a path"
+            + (" (several: a scan, one line or JSON object each)" if many else ""),
+        )
         sub.add_argument("--revision", help="hub revision (branch, tag or commit)")
         sub.add_argument("--token", help="hub token (default: HF_TOKEN or the stored one)")
         sub.add_argument(
@@ -75,9 +83,11 @@ def _parser() -> argparse.ArgumentParser:
         if json_flag:
             sub.add_argument("--json", action="store_true", help="print JSON")
 
-    location_options(
-        command("params", "Count parameters: the true total, then by dtype as stored.", _params)
+    params = command(
+        "params", "Count parameters: the true total, then by dtype as stored.", _params
     )
+    location_options(params, many=True)
+    scan_cli.add_arguments(params)
     memory = command("memory", "Memory to serve: weights as stored plus the KV cache.", _memory)
     location_options(memory)
     memory.add_argument("--context", type=int, default=None, help="tokens per sequence")
@@ -134,6 +144,9 @@ def _print_table(headers: list[str], rows: list[list[str]], title: str | None = 
 
 
 def _params(args: argparse.Namespace) -> int:
+    if scan_cli.is_scan(args):
+        return scan_cli.run(args, _print_table)
+    args.location = args.location[0]
     with _open(args) as model:
         report = params_report(model)
     if args.json:
