@@ -194,7 +194,11 @@ class HubStandIn:
         data = files.get(index_path)
         if data is None:
             return self._error(entry, 404, "EntryNotFound", commit=commit)
-        index = json.loads(data)
+        try:
+            index = json.loads(data)
+        except ValueError:
+            entry.status = 400
+            return web.Response(status=400, text="the index is not JSON")
         folder = index_path.rpartition("/")[0]
         headers = {}
         for shard in dict.fromkeys(index["weight_map"].values()):
