@@ -200,9 +200,9 @@ class HttpSource(ByteSource):
             raise ValueError(f"the prefix length must be positive, got {length}")
         buffer = bytearray(length)
         received = await self._fetch(0, length, memoryview(buffer), first=True)
-        del buffer[received:]
         assert self._size is not None
-        return Prefix(bytes(buffer), self._size, self._etag)
+        # A copy, not a resize: a retried attempt's traceback may still hold a view of buffer.
+        return Prefix(bytes(buffer[:received]), self._size, self._etag)
 
     async def read_into(self, start: int, buffer: memoryview) -> None:
         end = start + len(buffer)
