@@ -371,3 +371,42 @@ def test_limiter_paces_before_the_limit_and_blocks_after_a_429() -> None:
     other.observe(429, {"Retry-After": "3"})
     assert other.throttled == 1
     assert other._blocked_until > 0
+
+
+# --- the command line -----------------------------------------------------------------------------
+
+
+def test_cli_scan_table_json_lines_from_file_and_exit_status(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from remotetensors.cli import main
+
+    good = []
+    for i in range(3):
+        folder = tmp_path / f"m{i}"
+        folder.mkdir()
+        (folder / "model.safetensors").write_bytes(write_reference({"w": np.ones(i + 2, np.int8)}))
+        good.append(str(folder))
+    missing = str(tmp_path / "missing")
+    assert main(["params", *good, "--json"]) == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert sorted((d["location"], d["by_dtype"]) for d in lines) == sorted(
+        (g, {"I8": i + 2}) for i, g in enumerate(good)
+    )
+    listing = tmp_path / "list.txt"
+    listing.write_text(f"# models\n{good[0]}\n\n{missing}  # gone\n{good[1]}\n")
+    assert main(["params", "--from-file", str(listing), "--json"]) == 1
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert len(lines) == 3
+    errors = [d for d in lines if "error" in d]
+    assert [d["location"] for d in errors] == [missing]
+    assert errors[0]["error_type"] == "NotFoundError"
+    assert main(["params", good[2], missing]) == 1  # a table, still printing the good one
+    out = capsys.readouterr().out
+    assert good[2] in out
+    assert missing in out
+    assert "NotFoundError" in out
+    assert "2 location(s), 1 failed" in out
+    # One location keeps the single-model output.
+    assert main(["params", good[0], "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["by_dtype"] == {"I8": 2}

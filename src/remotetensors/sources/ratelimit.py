@@ -37,8 +37,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 SLOW_DOWN_BELOW_FRACTION = 0.1
-"""Pace requests once fewer than this fraction of the policy's quota remain (or fewer than
-:data:`SLOW_DOWN_BELOW_REQUESTS` when no policy was announced)."""
+"""Pace requests once fewer than this fraction of the policy's quota remain, or fewer than
+:data:`SLOW_DOWN_BELOW_REQUESTS` (whichever is larger)."""
 
 SLOW_DOWN_BELOW_REQUESTS = 16
 
@@ -125,6 +125,7 @@ class HostLimiter:
         self._interval_seconds = 0.0  # pacing between requests while few remain
         self._next_slot = 0.0
         self._quota: float | None = None
+        self._window_seconds: float | None = None
         self.waited_seconds = 0.0
         """Total seconds requests to this host waited (all scopes)."""
         self.throttled = 0
@@ -154,9 +155,10 @@ class HostLimiter:
         policy = headers.get("RateLimit-Policy")
         with self._lock:
             if policy:
-                quota = parse_structured(policy).get("q")
-                if quota:
-                    self._quota = quota
+                params = parse_structured(policy)
+                if params.get("q"):
+                    self._quota = params["q"]
+                    self._window_seconds = params.get("w") or self._window_seconds
             if status in (429, 503):
                 if status == 429:
                     self.throttled += 1
@@ -167,21 +169,28 @@ class HostLimiter:
                     self._blocked_until = max(
                         self._blocked_until, now + min(delay, MAX_WAIT_SECONDS)
                     )
+                    self._interval_seconds = max(self._interval_seconds, self._policy_pace())
             remaining, reset = self._remaining_and_reset(headers)
             if remaining is None or reset is None:
                 return
-            threshold = (
-                self._quota * SLOW_DOWN_BELOW_FRACTION
-                if self._quota
-                else float(SLOW_DOWN_BELOW_REQUESTS)
+            threshold = max(
+                (self._quota or 0) * SLOW_DOWN_BELOW_FRACTION, float(SLOW_DOWN_BELOW_REQUESTS)
             )
             if remaining <= 0:
+                # Wait for the reset, then go at the policy's average pace: requests queued
+                # meanwhile would otherwise all leave at the reset and exhaust it again.
                 self._blocked_until = max(self._blocked_until, now + min(reset, MAX_WAIT_SECONDS))
-                self._interval_seconds = 0.0
+                self._interval_seconds = self._policy_pace()
             elif remaining < threshold:
                 self._interval_seconds = min(reset / remaining, MAX_WAIT_SECONDS)
             else:
                 self._interval_seconds = 0.0
+
+    def _policy_pace(self) -> float:
+        """Seconds per request of the announced policy (window / quota), 0 when unknown."""
+        if self._quota and self._window_seconds:
+            return min(self._window_seconds / self._quota, MAX_WAIT_SECONDS)
+        return 0.0
 
     @staticmethod
     def _remaining_and_reset(headers: Mapping[str, str]) -> tuple[float | None, float | None]:
