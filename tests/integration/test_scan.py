@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import pickle
 import tracemalloc
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import numpy as np
