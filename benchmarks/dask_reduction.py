@@ -53,7 +53,7 @@ else:
     import dask.array as da
     from distributed import Client, LocalCluster
     with LocalCluster(n_workers=workers, threads_per_worker=2, processes=True,
-                      dashboard_address=None, silence_logs=40) as cluster, Client(cluster) as client:
+                      dashboard_address='127.0.0.1:0', silence_logs=40) as cluster, Client(cluster) as client:
         start = time.perf_counter()
         with rt.open_model(url) as m:
             arrays = m.to_dask('*')

@@ -17,6 +17,8 @@ import os
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -85,11 +87,12 @@ def main() -> None:
         print("| latency | tool | time (s) | requests | 429s |\n|---|---|---|---|---|")
         for latency in args.latency_ms:
             with serving(root, latency) as server:
-                results = {}
-                for tool, run in (
-                    ("remotetensors scan (16 at once)", lambda: ours(server.url, repos)),
-                    ("huggingface_hub loop", lambda: theirs(server.url, repos, root / "c")),
-                ):
+                results: dict[str, dict[str, int]] = {}
+                runs: list[tuple[str, Callable[[], dict[str, int]]]] = [
+                    ("remotetensors scan (16 at once)", partial(ours, server.url, repos)),
+                    ("huggingface_hub loop", partial(theirs, server.url, repos, root / "c")),
+                ]
+                for tool, run in runs:
                     server.stats()
                     started = time.perf_counter()
                     results[tool] = run()

@@ -3,7 +3,9 @@
 ``/{repo}/resolve/{revision}/{path}`` (and ``/datasets/...``): small files are served directly
 with byte ranges; large ones answer 302 to a CDN path, with ``X-Repo-Commit``, ``ETag``,
 ``X-Linked-Size`` and ``X-Linked-Etag`` as the real hub sends them. Missing repos, revisions and
-files are 404 with ``X-Error-Code``; a gated repo without a token is 401.
+files are 404 with ``X-Error-Code`` (``RepoNotFound``, ``RevisionNotFound``,
+``EntryNotFound``; a missing repo is 401 to a caller without a token, as on the real hub); a
+gated repo without a token is 401 ``GatedRepo``. One-word legacy repo names (``gpt2``) work.
 
 ``/api/{models|datasets|spaces}/{repo}/tree/{revision}[/{path}]?recursive=true`` lists files as
 ``huggingface_hub.list_repo_tree`` expects (``[{"type": "file", "path", "size", "oid"}, ...]``),
@@ -96,7 +98,9 @@ class HubStandIn:
         """(commit, files) of a repo at a revision, or the error answer (404, gated 401)."""
         repo = self.repos.get(repo_id)
         if repo is None:
-            return self._error(entry, 404, "RepoNotFound")
+            # As the hub does: 401 to anonymous callers (the repo may be private), else 404.
+            anonymous = "Authorization" not in request.headers
+            return self._error(entry, 401 if anonymous else 404, "RepoNotFound")
         if repo.gated and request.headers.get("Authorization") != f"Bearer {TOKEN}":
             return self._error(entry, 401, "GatedRepo")
         found = self._find(repo, revision)
@@ -149,7 +153,10 @@ class HubStandIn:
             return self._sharded_metadata(request, entry, tail)
         if tail.startswith("api/"):
             return self._tree(request, entry, tail)
-        match = re.fullmatch(r"(?:(datasets|spaces)/)?([^/]+/[^/]+)/resolve/([^/]+)/(.+)", tail)
+        # Legacy repos have one-word names (``gpt2``), and the hub still serves them.
+        match = re.fullmatch(
+            r"(?:(datasets|spaces)/)?((?:[^/]+/)?[^/]+)/resolve/([^/]+)/(.+)", tail
+        )
         if match is None:
             entry.status = 404
             return web.Response(status=404, text="unknown route")

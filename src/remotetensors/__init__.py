@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from .checksum import verify_checksum, verify_checksum_async
+from .compare import Comparison, compare
 from .dtypes import DTYPES, DType
 from .errors import (
     AmbiguousModelError,
@@ -13,6 +14,7 @@ from .errors import (
     FrameworkError,
     HeaderError,
     HeaderErrorKind,
+    LocationError,
     MissingDependencyError,
     NotFoundError,
     PermissionDeniedError,
@@ -25,6 +27,7 @@ from .errors import (
     TransportError,
     UnsupportedDtypeError,
 )
+from .explore import TensorView
 from .index import FileIndex, ModelIndex, TensorInfo, parameter_count
 from .memory import MemoryEstimate
 from .model import AsyncModel, open_model_async
@@ -33,7 +36,9 @@ from .quantization import LogicalTensor, ParameterCount, Quantization
 from .ranges import ByteRange
 from .reader import AsyncTensorFile, AsyncTensorSlice
 from .scan import ModelSummary, ScanResult, scan, scan_async
+from .sources.base import Traffic
 from .sources.http import HttpOptions
+from .stats import TensorStats
 from .sync import Model, TensorSlice, open_async, open_model, safe_open
 
 __version__ = "0.1.0"
@@ -47,6 +52,7 @@ __all__ = [
     "BadResponseError",
     "ByteRange",
     "ChecksumMismatchError",
+    "Comparison",
     "ConfigWarning",
     "DType",
     "FileClosedError",
@@ -55,6 +61,7 @@ __all__ = [
     "HeaderError",
     "HeaderErrorKind",
     "HttpOptions",
+    "LocationError",
     "LogicalTensor",
     "MemoryEstimate",
     "MissingDependencyError",
@@ -75,9 +82,13 @@ __all__ = [
     "TensorInfo",
     "TensorNotFoundError",
     "TensorSlice",
+    "TensorStats",
+    "TensorView",
+    "Traffic",
     "TransportError",
     "UnsupportedDtypeError",
     "__version__",
+    "compare",
     "open_async",
     "open_model",
     "open_model_async",

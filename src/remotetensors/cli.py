@@ -1,43 +1,76 @@
-"""The command line: ``remotetensors params|memory|info|ls|get|demo``.
+"""The command line: ``remotetensors params|memory|info|tree|ls|get|demo``.
 
-Also ``python -m remotetensors``. Every library error becomes one line on stderr and exit
-status 1; Ctrl-C exits with 130. Tables use rich in a terminal and plain columns when piped;
-``--json`` prints data as JSON.
+Also ``python -m remotetensors``. Every failure is one line on stderr, ``remotetensors: error:
+...``, and exit status 1 (2 for a malformed command line, as argparse does); Ctrl-C exits with
+130 after one line. On a terminal a status line shows what is being waited for when nothing
+moves for a second or two. ``--json`` prints data as JSON.
+
+Adding a command: write its logic in a module of its own, then register it in :func:`_parser`
+with ``command(name, help, run)`` (and ``location_options(sub)`` when it reads a location);
+``run(args)`` returns the exit status. :func:`opened` opens the location with every shared
+option applied and the status line running.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import fnmatch
 import json
+import os
+import shutil
 import sys
 import tempfile
+import warnings
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from . import scan_cli
-from .demo import CountingServer, write_safetensors, write_sample_checkpoint
-from .display import human_bytes, human_count, plain_table, shown_metadata
+from . import __version__, scan_cli
+from .cli_options import add_location_options, open_options, parse_slice, resolve_negative
+from .cli_output import check_output, save
+from .cli_status import StatusLine
+from .cli_table import render
+from .demo import CountingServer, write_sample_checkpoint
+from .display import human_bytes, human_count, shown_metadata
 from .errors import RemoteTensorsError
 from .formats.gguf import describe_lines
-from .options import ReadOptions
 from .reports import memory_report, memory_text, params_report, params_text
 from .sync import Model, open_model
+
+__all__ = ["main", "main_exit", "opened", "parse_slice"]
+
+Run = Callable[[argparse.Namespace], int]
+
+DEBUG_VARIABLE = "REMOTETENSORS_DEBUG"
+"""Set to 1 to get the traceback of an unexpected failure instead of its one-line summary."""
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; returns the exit status."""
     parser = _parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(_join_dash_values(sys.argv[1:] if argv is None else argv))
     try:
-        return int(args.run(args))
+        with _one_line_warnings():
+            return int(args.run(args))
     except KeyboardInterrupt:
         print("remotetensors: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # The reader of stdout went away (``| head``): stop quietly, as other tools do, and
+        # keep Python from complaining when it flushes stdout at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
     except (RemoteTensorsError, ValueError, OSError) as exc:
-        print(f"remotetensors: error: {exc}", file=sys.stderr)
+        _error(str(exc))
+        return 1
+    except Exception as exc:
+        if os.environ.get(DEBUG_VARIABLE):
+            raise
+        _error(
+            f"{type(exc).__name__}: {exc} (unexpected; {DEBUG_VARIABLE}=1 shows the traceback, "
+            "please report it)"
+        )
         return 1
 
 
@@ -46,14 +79,59 @@ def main_exit() -> None:
     sys.exit(main())
 
 
+@contextlib.contextmanager
+def _one_line_warnings() -> Iterator[None]:
+    """Warnings (a config that cannot be used, ...) as ``remotetensors: warning: ...`` lines,
+    not Python's two-line form with a source line from asyncio."""
+    shown = warnings.showwarning
+
+    def show(message: Warning | str, category: type[Warning], *args: Any, **kwargs: Any) -> None:
+        one_line = " ".join(str(message).split())
+        print(f"remotetensors: warning: {one_line}", file=sys.stderr)
+
+    warnings.showwarning = show
+    try:
+        yield
+    finally:
+        warnings.showwarning = shown
+
+
+def _error(message: str) -> None:
+    one_line = " ".join(message.split())
+    print(f"remotetensors: error: {one_line}", file=sys.stderr)
+
+
+# Options whose values may start with '-' and a digit (``--slice -10:``), which argparse would
+# otherwise take for an option.
+_DASH_VALUE_OPTIONS = ("--slice",)
+
+
+def _join_dash_values(argv: list[str]) -> list[str]:
+    joined: list[str] = []
+    items = iter(argv)
+    for item in items:
+        if item in _DASH_VALUE_OPTIONS:
+            value = next(items, None)
+            if value is not None and value[:1] == "-" and value[1:2].isdigit():
+                joined.append(f"{item}={value}")
+                continue
+            joined.append(item)
+            if value is not None:
+                joined.append(value)
+            continue
+        joined.append(item)
+    return joined
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="remotetensors",
         description="Read safetensors, bintensors and GGUF files where they live.",
     )
+    parser.add_argument("--version", action="version", version=f"remotetensors {__version__}")
     commands = parser.add_subparsers(required=True, metavar="COMMAND")
 
-    def command(name: str, help_text: str, run: Any) -> argparse.ArgumentParser:
+    def command(name: str, help_text: str, run: Run) -> argparse.ArgumentParser:
         sub = commands.add_parser(name, help=help_text, description=help_text)
         sub.set_defaults(run=run)
         return sub
@@ -61,27 +139,7 @@ def _parser() -> argparse.ArgumentParser:
     def location_options(
         sub: argparse.ArgumentParser, *, json_flag: bool = True, many: bool = False
     ) -> None:
-        sub.add_argument(
-            "location",
-            nargs="*" if many else None,
-            help="hf://org/name, s3://bucket/prefix/, https://..., a path"
-            + (" (several: a scan, one line or JSON object each)" if many else ""),
-        )
-        sub.add_argument("--revision", help="hub revision (branch, tag or commit)")
-        sub.add_argument("--token", help="hub token (default: HF_TOKEN or the stored one)")
-        sub.add_argument(
-            "--option",
-            action="append",
-            default=[],
-            metavar="KEY=VALUE",
-            help="fsspec storage option (repeatable), e.g. --option endpoint_url=http://...",
-        )
-        sub.add_argument("--concurrency", type=int, default=None, help="requests in flight")
-        sub.add_argument(
-            "--file", help="a file in the folder or repo (e.g. one of several GGUF files)"
-        )
-        if json_flag:
-            sub.add_argument("--json", action="store_true", help="print JSON")
+        add_location_options(sub, json_flag=json_flag, many=many)
 
     params = command(
         "params", "Count parameters: the true total, then by dtype as stored.", _params
@@ -94,72 +152,72 @@ def _parser() -> argparse.ArgumentParser:
     memory.add_argument("--batch", type=int, default=1, help="sequences at once (default 1)")
     memory.add_argument("--kv-dtype", default=None, help="KV cache dtype: bf16, f16, fp8, ...")
     location_options(command("info", "Show format, metadata, files and sizes.", _info))
+    location_options(command("tree", "Show modules as a tree, repeated blocks folded.", _tree))
     ls = command("ls", "List tensors: name, dtype, shape, size, file.", _ls)
     location_options(ls)
     ls.add_argument("--filter", default="*", metavar="GLOB", help="only names matching GLOB")
     get = command("get", "Fetch one tensor (or a slice) into a .npy or .safetensors file.", _get)
     location_options(get)
     get.add_argument("name", help="tensor name")
-    get.add_argument("--slice", dest="slice_expr", help="e.g. '1000:2000' or ':, 0:8'")
-    get.add_argument("-o", "--output", required=True, help="FILE.npy or FILE.safetensors")
+    get.add_argument(
+        "--slice",
+        dest="slice_expr",
+        help="e.g. '1000:2000', ':, 0:8' or '-10:' (the last ten)",
+    )
+    get.add_argument(
+        "-o",
+        "--output",
+        required=True,
+        help="FILE.npy (BF16/F8/F4 stored as float32, exactly) or FILE.safetensors (any dtype)",
+    )
     command("demo", "Serve a sample checkpoint on loopback and read it (offline).", _demo)
     return parser
 
 
-def _open(args: argparse.Namespace) -> Model:
-    storage: dict[str, str] = {}
-    for item in args.option:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise ValueError(f"--option wants KEY=VALUE, got {item!r}")
-        storage[key] = value
-    options = ReadOptions(max_concurrency=args.concurrency) if args.concurrency else None
+@contextlib.contextmanager
+def opened(args: argparse.Namespace) -> Iterator[Model]:
+    """The model at ``args.location`` with the shared options, closed at the end; on a terminal
+    a status line tells when nothing moves."""
+    kwargs = open_options(args)
     location = args.location
     if args.file:
         location = f"{location.rstrip('/')}/{args.file.lstrip('/')}"
-    return open_model(
-        location,
-        revision=args.revision,
-        token=args.token,
-        storage_options=storage or None,
-        options=options,
-    )
+    with StatusLine(location):
+        model = open_model(location, **kwargs)
+        try:
+            yield model
+        finally:
+            model.close()
 
 
-def _print_table(headers: list[str], rows: list[list[str]], title: str | None = None) -> None:
-    if sys.stdout.isatty():
-        from rich.console import Console
-        from rich.table import Table
-
-        table = Table(title=title)
-        for header in headers:
-            table.add_column(header, justify="right" if header in ("size", "params") else "left")
-        for row in rows:
-            table.add_row(*row)
-        Console().print(table)
-    else:
-        if title:
-            print(title)
-        print(plain_table(headers, rows))
+def _print_table(
+    headers: list[str],
+    rows: list[list[str]],
+    *,
+    right: tuple[str, ...] = (),
+    drop_first: tuple[str, ...] = (),
+) -> None:
+    width = shutil.get_terminal_size().columns if sys.stdout.isatty() else None
+    print(render(headers, rows, right=right, width=width, drop_first=drop_first))
 
 
 def _params(args: argparse.Namespace) -> int:
     if scan_cli.is_scan(args):
-        return scan_cli.run(args, _print_table)
+        return scan_cli.run(args, open_options(args), _print_table)
     args.location = args.location[0]
-    with _open(args) as model:
+    with opened(args) as model:
         report = params_report(model)
     if args.json:
         print(json.dumps(report))
         return 0
     lines, headers, rows = params_text(report)
     print("\n".join(lines))
-    _print_table(headers, rows)
+    _print_table(headers, rows, right=("parameters", "human", "bits/weight"))
     return 0
 
 
 def _memory(args: argparse.Namespace) -> int:
-    with _open(args) as model:
+    with opened(args) as model:
         report = memory_report(
             model, context=args.context, batch=args.batch, kv_dtype=args.kv_dtype
         )
@@ -168,7 +226,7 @@ def _memory(args: argparse.Namespace) -> int:
 
 
 def _info(args: argparse.Namespace) -> int:
-    with _open(args) as model:
+    with opened(args) as model:
         files: dict[str, dict[str, Any]] = {
             name: {
                 "format": index.format,
@@ -199,23 +257,33 @@ def _info(args: argparse.Namespace) -> int:
     print(f"{args.location}")
     print(f"  format:     {', '.join(str(f) for f in formats)}")
     print(f"  tensors:    {result['tensors']} ({', '.join(dtypes)})")
-    print(f"  parameters: {human_count(model.num_parameters)} ({model.num_parameters:,})")
-    print(f"  data:       {human_bytes(model.nbytes)}")
+    print(f"  parameters: {human_count(result['parameters'])} ({result['parameters']:,})")
+    print(f"  data:       {human_bytes(result['bytes'])}")
     if "gguf" in formats and result["metadata"]:
-        print(describe_lines(result["metadata"], model.num_parameters, model.nbytes))
+        print(describe_lines(result["metadata"], result["parameters"], result["bytes"]))
     elif result["metadata"]:
         print(f"  metadata:   {json.dumps(result['metadata'])}")
     rows = [
-        [name, str(len(index)), human_bytes(index.header_length), human_bytes(index.file_size)]
-        for name, index in model.index.files.items()
+        [name, str(f["tensors"]), human_bytes(f["header_bytes"]), human_bytes(f["file_bytes"])]
+        for name, f in files.items()
     ]
-    _print_table(["file", "tensors", "header", "size"], rows)
+    _print_table(["file", "tensors", "header", "size"], rows, right=("tensors", "header", "size"))
     return 0
 
 
+def _tree(args: argparse.Namespace) -> int:
+    from .tree_command import run_tree
+
+    with opened(args) as model:
+        return run_tree(model, as_json=args.json)
+
+
 def _ls(args: argparse.Namespace) -> int:
-    with _open(args) as model:
-        infos = [i for n, i in model.tensors.items() if fnmatch.fnmatch(n, args.filter)]
+    from .tree import natural_sorted
+
+    with opened(args) as model:
+        names = natural_sorted(fnmatch.filter(model.tensors, args.filter))
+        infos = [model.tensors[n] for n in names]
     if args.json:
         print(
             json.dumps(
@@ -235,49 +303,41 @@ def _ls(args: argparse.Namespace) -> int:
     rows = [
         [i.name, i.dtype, str(list(i.shape)), human_bytes(i.nbytes), i.file or ""] for i in infos
     ]
-    _print_table(["name", "dtype", "shape", "size", "file"], rows)
+    _print_table(
+        ["name", "dtype", "shape", "size", "file"],
+        rows,
+        right=("size",),
+        drop_first=("file", "size", "dtype"),
+    )
     return 0
-
-
-def parse_slice(expr: str) -> tuple[Any, ...]:
-    """``"1000:2000, :, 3"`` -> ``(slice(1000, 2000), slice(None), 3)``; ``...`` allowed.
-
-    Raises:
-        ValueError: for anything but ints, slices and ``...``.
-    """
-    items: list[Any] = []
-    for part in (p.strip() for p in expr.split(",")):
-        if part == "...":
-            items.append(Ellipsis)
-        elif ":" in part:
-            bounds = [b.strip() for b in part.split(":")]
-            if len(bounds) > 3:
-                raise ValueError(f"bad slice {part!r} in --slice")
-            numbers = [int(b) if b else None for b in bounds]
-            items.append(slice(*numbers))
-        elif part:
-            items.append(int(part))
-        else:
-            raise ValueError(f"empty item in --slice {expr!r}")
-    return tuple(items)
 
 
 def _get(args: argparse.Namespace) -> int:
     output = Path(args.output)
-    if output.suffix not in (".npy", ".safetensors"):
-        raise ValueError(f"--output must end in .npy or .safetensors, got {output.name!r}")
-    with _open(args) as model:
-        if args.slice_expr:
-            array = model.get_slice(args.name)[parse_slice(args.slice_expr)]
+    check_output(output)  # before the download, not after it
+    index = parse_slice(args.slice_expr) if args.slice_expr else None
+    with opened(args) as model:
+        view = model.get_slice(args.name)  # an unknown name fails here, with suggestions
+        info = model.tensors[args.name]
+        if index is not None:
+            array = view[resolve_negative(index, info.shape)]
         else:
             array = model.get_tensor(args.name)
-    if output.suffix == ".npy":
-        np.save(output, array)
-    else:
-        write_safetensors(output, {args.name: array})
-    print(
-        f"{args.name} {list(array.shape)} {array.dtype} -> {output} ({human_bytes(array.nbytes)})"
-    )
+    note = save(output, args.name, array, info.dtype)
+    if args.json:
+        result = {
+            "name": args.name,
+            "dtype": info.dtype,
+            "shape": list(array.shape),
+            "output": str(output),
+            "bytes": output.stat().st_size,
+            "note": note,
+        }
+        print(json.dumps(result))
+        return 0
+    print(f"{args.name} {list(array.shape)} {info.dtype} -> {output} ({human_bytes(array.nbytes)})")
+    if note:
+        print(f"  {note}")
     return 0
 
 
@@ -293,21 +353,26 @@ def _demo(args: argparse.Namespace) -> int:
             ["ls", url, "--filter", "model.layers.0.*"],
             ["get", url, "model.embed_tokens.weight", "--slice", "100:110", "-o", "rows.npy"],
         ]
+        here = Path.cwd()
         try:
             print(f"Serving a sample sharded checkpoint ({human_bytes(size)}) at {url}")
             for step in steps:
                 shown = " ".join(f"'{a}'" if "*" in a else a for a in step)
                 print(f"\n$ remotetensors {shown}")
-                if "-o" in step:
-                    step[-1] = str(root / step[-1])
                 server.reset()
-                status = main(step)
+                # Files the demo writes go to its temporary folder, named relative to it.
+                os.chdir(root)
+                try:
+                    status = main(step)
+                finally:
+                    os.chdir(here)
                 if status:
                     return status
                 print(
                     f"  crossed the network: {server.requests} requests, "
                     f"{human_bytes(server.bytes_sent)} of a {human_bytes(size)} checkpoint"
                 )
+            print("\n(rows.npy was written to a temporary folder that the demo has now removed.)")
         finally:
             server.stop()
     return 0

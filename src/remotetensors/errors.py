@@ -8,7 +8,9 @@ working. Messages name the location, what was expected and what was seen.
 
 from __future__ import annotations
 
+import difflib
 import enum
+from collections.abc import Iterable
 
 
 class RemoteTensorsError(Exception):
@@ -99,6 +101,10 @@ class FileClosedError(RemoteTensorsError, ValueError):
     """A call on a file or model after its context was closed."""
 
 
+class LocationError(RemoteTensorsError, ValueError):
+    """A location that cannot be understood: a malformed ``hf://`` URL, an unknown protocol."""
+
+
 class FrameworkError(RemoteTensorsError, ValueError):
     """An unknown ``framework=`` value, or a framework that is not installed."""
 
@@ -108,7 +114,14 @@ class MissingDependencyError(RemoteTensorsError, ImportError):
 
 
 class NotFoundError(RemoteTensorsError, FileNotFoundError):
-    """The location does not exist (HTTP 404, a missing object or path)."""
+    """The location does not exist (HTTP 404, a missing object or path).
+
+    Attributes:
+        code: what is missing when the server said so (the hub's ``X-Error-Code``:
+            ``"RepoNotFound"``, ``"RevisionNotFound"``, ``"EntryNotFound"``), else None.
+    """
+
+    code: str | None = None
 
 
 class PermissionDeniedError(RemoteTensorsError, PermissionError):
@@ -120,7 +133,19 @@ class TransportError(RemoteTensorsError, OSError):
 
 
 class RequestTimeoutError(TransportError, TimeoutError):
-    """A request took longer than the configured timeout, on every attempt."""
+    """A request took longer than a configured bound.
+
+    Attributes:
+        bound: the :class:`~remotetensors.HttpOptions` field that tripped:
+            ``"read_timeout_seconds"`` (no bytes for that long, on every attempt),
+            ``"min_bytes_per_second"`` (too slow over a whole window) or
+            ``"request_deadline_seconds"`` (the whole read took too long); ``None`` when
+            raised by another source.
+    """
+
+    def __init__(self, message: str, *, bound: str | None = None) -> None:
+        super().__init__(message)
+        self.bound = bound
 
 
 class BadResponseError(RemoteTensorsError, OSError):
@@ -141,6 +166,14 @@ class ChecksumMismatchError(RemoteTensorsError, ValueError):
 
 class RemoteFileChangedError(RemoteTensorsError, OSError):
     """The file changed between two requests (its validator, e.g. the ETag, no longer matches)."""
+
+
+def did_you_mean(name: str, known: Iterable[str]) -> str:
+    """``"; did you mean 'x'?"`` for the names closest to ``name``, or ``""`` when none is."""
+    close = difflib.get_close_matches(name, list(known), n=3, cutoff=0.8)
+    if not close:
+        return ""
+    return "; did you mean " + " or ".join(repr(c) for c in close) + "?"
 
 
 class ConfigWarning(RemoteTensorsError, UserWarning):

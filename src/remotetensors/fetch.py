@@ -13,8 +13,9 @@ import asyncio
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .progress import bar, wanted
+from .progress import Progress, bar, wanted
 from .ranges import ByteRange, Part, plan_reads
+from .status import counting_bytes
 
 if TYPE_CHECKING:
     from collections.abc import Coroutine, Sequence
@@ -69,22 +70,57 @@ async def fetch_into(
         part_size_bytes=options.part_size_bytes,
     )
     limit = asyncio.Semaphore(options.max_concurrency)
+    enabled = wanted(options.progress)
     shown = bar(
         total=plan.fetched_bytes,
         unit="B",
         description=source.location.rsplit("/", 1)[-1],
-        enabled=wanted(options.progress),
+        enabled=enabled,
     )
 
     async def run(part: Part) -> None:
+        counted = _PartBytes(shown, part.range.length)
         async with limit:
-            await _fetch_part(source, part, remaining)
-        shown.update(part.range.length)
+            if enabled:  # per-read counting only when someone watches
+                with counting_bytes(counted):
+                    await _fetch_part(source, part, remaining)
+            else:
+                await _fetch_part(source, part, remaining)
+        counted.finish()
 
     try:
         await gather_or_cancel([run(part) for part in plan.parts])
     finally:
         shown.close()
+
+
+class _PartBytes:
+    """Moves a bar as a part's bytes arrive (sources that report them), in steps of at least
+    ``STEP_BYTES`` so a fast download does not pay for a redraw per socket read; the rest of
+    the part is counted when it completes, so each byte counts once whatever the source."""
+
+    STEP_BYTES = 1 << 20
+
+    def __init__(self, shown: Progress, length: int) -> None:
+        self._shown = shown
+        self._left = length
+        self._pending = 0
+
+    def __call__(self, nbytes: int) -> None:
+        self._pending += nbytes
+        if self._pending >= self.STEP_BYTES:
+            self._flush()
+
+    def _flush(self) -> None:
+        step = min(self._pending, self._left)
+        if step > 0:
+            self._shown.update(step)
+            self._left -= step
+        self._pending = 0
+
+    def finish(self) -> None:
+        self._pending = self._left
+        self._flush()
 
 
 async def gather_or_cancel(coroutines: Sequence[Coroutine[Any, Any, None]]) -> None:

@@ -50,13 +50,9 @@ class TensorInfo:
         return math.prod(self.shape)
 
     def _repr_html_(self) -> str:
-        from html import escape
+        from .explore import tensor_card_html
 
-        where = f" in {escape(self.file)}" if self.file else ""
-        return (
-            f"<code>{escape(self.name)}</code>: {self.dtype} {list(self.shape)}, "
-            f"{self.num_elements:,} parameters, {self.nbytes:,} bytes{where}"
-        )
+        return tensor_card_html(self)
 
     def __repr__(self) -> str:
         where = f", file={self.file!r}" if self.file is not None else ""

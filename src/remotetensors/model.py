@@ -24,11 +24,13 @@ import httpx
 from . import hub_onecall
 from .configs import ConfigFiles, ConfigWarning, read_configs
 from .errors import (
+    FileClosedError,
     HeaderError,
     HeaderErrorKind,
     NotFoundError,
     RemoteTensorsError,
     TensorNotFoundError,
+    did_you_mean,
 )
 from .fetch import gather_or_cancel
 from .formats.gguf import split_names
@@ -49,6 +51,8 @@ from .quantization import (
     stored_shape_tensors,
 )
 from .reader import AsyncTensorFile
+from .redact import redact_url
+from .sources.base import Traffic
 from .sources.http import HttpOptions
 from .sources.resolve import Place, split_location
 
@@ -90,15 +94,19 @@ class AsyncModel:
         client: httpx.AsyncClient | None = None,
         configs: ConfigFiles | None = None,
     ) -> None:
-        self.location = location
+        self.location = redact_url(location)  # named in messages and views: no secrets
         self._files = dict(files)
         self.index = index
         self._client = client  # shared by the files' HTTP sources; closed with the model
+        self._closed = False
         self.configs = configs or ConfigFiles()
         """``config.json`` and ``quantization_config.json`` as found beside the weights."""
         self._true_count: ParameterCount | None = None
         self._logical_shapes: dict[str, tuple[int, ...]] = {}
         self._shape_problems: tuple[str, ...] = ()
+        # file name -> counters, shared with the place that opened the files; it also holds
+        # what discovery cost (probes that found nothing, the index, configs).
+        self._traffic: dict[str, Traffic] = {}
         for name, file in self._files.items():
             if isinstance(file, LazyTensorFile):
                 file.on_open = functools.partial(self._file_opened, name)
@@ -172,6 +180,23 @@ class AsyncModel:
             problems = (*configs.problems, *self._shape_problems, *count.problems)
             self._true_count = replace(count, problems=problems)
         return self._true_count
+
+    # --- what crossed the network --------------------------------------------------------------
+
+    @property
+    def traffic_by_file(self) -> dict[str, Traffic]:
+        """File name -> requests, bytes and seconds so far: every file opened for this model,
+        the index, configs and probes for files that were not there included."""
+        traffic = dict(self._traffic)
+        for name, file in self._files.items():
+            traffic.setdefault(name, file.traffic)
+        return traffic
+
+    @property
+    def traffic(self) -> Traffic:
+        """What crossed the network for this model so far, over all its files (``seconds`` is
+        summed over files, which are read concurrently: an upper bound of the wall time)."""
+        return Traffic.total(self.traffic_by_file.values())
 
     # --- what the headers say --------------------------------------------------------------
 
@@ -260,14 +285,18 @@ class AsyncModel:
 
         Raises:
             TensorNotFoundError: a name the model does not hold, or a pattern matching nothing.
+            FileClosedError: the model was closed.
         """
+        if self._closed:
+            raise FileClosedError(f"Model is closed ({self.location})")
         if isinstance(names, str):
             if names in self.index.tensors:
                 return [names]
             matched = fnmatch.filter(self.index.keys(), names)
             if not matched:
                 raise TensorNotFoundError(
-                    f"Model does not contain tensor {names} ({self.location}): no name matches",
+                    f"Model does not contain tensor {names} ({self.location}): no name matches"
+                    f"{did_you_mean(names, self.index.tensors)}",
                     name=names,
                 )
             return matched
@@ -275,7 +304,9 @@ class AsyncModel:
         for name in wanted:
             if name not in self.index.tensors:
                 raise TensorNotFoundError(
-                    f"Model does not contain tensor {name} ({self.location})", name=name
+                    f"Model does not contain tensor {name} ({self.location})"
+                    f"{did_you_mean(name, self.index.tensors)}",
+                    name=name,
                 )
         return wanted
 
@@ -346,7 +377,8 @@ class AsyncModel:
         return arrays
 
     async def aclose(self) -> None:
-        """Release every file's connections."""
+        """Release every file's connections; later reads raise FileClosedError."""
+        self._closed = True
         await asyncio.gather(*(f.aclose() for f in self._files.values()))
         if self._client is not None:
             await self._client.aclose()
@@ -359,18 +391,14 @@ class AsyncModel:
         await self.aclose()
 
     def _repr_html_(self) -> str:
-        from .display import html_view
-        from .reports import true_count_lines
+        from .explore import model_html
 
-        count = self.true_count
-        quantized = count.quantization is not None or count.total != count.stored_total
-        return html_view(
-            self.location,
-            self.tensors.values(),
-            show_files=True,
-            summary=true_count_lines(count) if quantized or count.declared_total else (),
-            counted_as="elements as stored" if quantized else "parameters",
-        )
+        return model_html(self)
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        from .explore import model_text
+
+        printer.text(repr(self) if cycle else model_text(self))
 
     def __repr__(self) -> str:
         return (
@@ -447,6 +475,7 @@ async def load_model(
             configs_task.cancel()
             await asyncio.gather(configs_task, return_exceptions=True)
             raise
+        model._traffic = place.traffic
         try:
             model._set_configs(await configs_task)
             await model._read_logical_shapes()
@@ -526,13 +555,25 @@ async def _discover(
         log.debug("%s: header phase from range reads of the index and shards", location)
         return await _open_sharded(location, place, shard_index, options, framework)
     assert index_error is not None
+    for error in (single_error, index_error):
+        # The hub says when the repo or revision itself is missing: that, not the files.
+        if isinstance(error, NotFoundError) and error.code in ("RepoNotFound", "RevisionNotFound"):
+            raise error
     if isinstance(single_error, NotFoundError) and isinstance(index_error, NotFoundError):
         gguf_files = await find_gguf(location, place)
         if gguf_files is not None:
             return await _open_gguf(location, place, gguf_files, options, framework)
+        if single_error.code == "EntryNotFound":
+            raise NotFoundError(
+                f"{location}: the repo has no safetensors or GGUF weights where they are looked "
+                f"for: neither {place.location(SINGLE_FILE)} nor {place.location(INDEX_FILE)} "
+                "nor a .gguf file exists; name a subfolder, a file or an index explicitly"
+            )
         raise NotFoundError(
-            f"{location}: no model here: neither {place.location(SINGLE_FILE)} nor "
-            f"{place.location(INDEX_FILE)} exists; name another file or index explicitly"
+            f"{redact_url(location)}: no model here: neither "
+            f"{redact_url(place.location(SINGLE_FILE))} nor "
+            f"{redact_url(place.location(INDEX_FILE))} exists; name another file or index "
+            "explicitly"
         )
     raise single_error if not isinstance(single_error, NotFoundError) else index_error
 
@@ -562,7 +603,7 @@ async def _read_index(place: Place, name: str) -> ShardIndex:
             data += await source.read(len(data), prefix.size)
     finally:
         await source.aclose()
-    return parse_index(data, location=place.location(name))
+    return parse_index(data, location=redact_url(place.location(name)))
 
 
 async def _open_sharded(
@@ -606,7 +647,7 @@ async def _open_sharded(
                 HeaderErrorKind.INVALID_TENSOR_INFO,
                 f"the weight map puts tensor `{tensor}` in {file}, but that file has no such "
                 "tensor",
-                location=place.location(INDEX_FILE),
+                location=redact_url(place.location(INDEX_FILE)),
             )
         tensors[tensor] = replace(info, file=file)
     unmapped = tuple(

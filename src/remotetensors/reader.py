@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .assemble import OutputArray
-from .errors import FileClosedError, TensorNotFoundError
+from .errors import FileClosedError, TensorNotFoundError, did_you_mean
 from .fetch import Target, fetch_into
 from .formats import parse_any_header
 from .formats.gguf import looks_like_gguf
@@ -16,6 +16,7 @@ from .frameworks import check_framework, convert
 from .options import DEFAULT_CHUNK_BYTES, ReadOptions
 from .ranges import ByteRange
 from .slicing import plan_slice
+from .sources.base import CountingSource, Traffic
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -88,6 +89,8 @@ class AsyncTensorFile:
         """Read the header of ``source`` and return the open file."""
         options = options or ReadOptions()
         check_framework(framework)
+        if not isinstance(source, CountingSource):
+            source = CountingSource(source)
         try:
             index, prefix = await read_index(source, options)
         except BaseException:
@@ -110,6 +113,12 @@ class AsyncTensorFile:
     def index(self) -> FileIndex:
         """The validated header: tensors, metadata, sizes."""
         return self._index
+
+    @property
+    def traffic(self) -> Traffic:
+        """What crossed the network for this file so far: requests, bytes, seconds."""
+        source = self._source
+        return source.traffic if isinstance(source, CountingSource) else Traffic()
 
     def keys(self) -> list[str]:
         """Tensor names, sorted."""
@@ -138,7 +147,9 @@ class AsyncTensorFile:
             return self._index.tensors[name]
         except KeyError:
             raise TensorNotFoundError(
-                f"File does not contain tensor {name} ({self.location})", name=name
+                f"File does not contain tensor {name} ({self.location})"
+                f"{did_you_mean(name, self._index.tensors)}",
+                name=name,
             ) from None
 
     # --- data ------------------------------------------------------------------------------------
@@ -230,7 +241,8 @@ class AsyncTensorFile:
     def _repr_html_(self) -> str:
         from .display import html_view
 
-        return html_view(self.location, self._index.tensors.values())
+        name = self.location.rstrip("/").rsplit("/", 1)[-1]
+        return html_view(self.location, self._index.tensors.values(), traffic={name: self.traffic})
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else f"{len(self._index)} tensors"

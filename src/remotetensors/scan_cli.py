@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, TextIO
 
 from .display import human_bytes, human_count
@@ -50,38 +51,29 @@ def read_locations(stream: TextIO) -> Iterator[str]:
             yield text
 
 
-def run(args: argparse.Namespace, print_table: Callable[[list[str], list[list[str]]], None]) -> int:
-    """Scan the locations of ``args``; returns the exit status (0 all succeeded, 1 otherwise).
+def run(
+    args: argparse.Namespace,
+    open_kwargs: dict[str, Any],
+    print_table: Callable[..., None],
+) -> int:
+    """Scan the locations of ``args`` with ``open_kwargs`` (the command line's shared options,
+    as ``open_model`` keywords); returns the exit status (0 all succeeded, 1 otherwise).
 
     Raises:
-        ValueError: no location given, or bad ``--option`` items.
+        ValueError: no location given.
         OSError: the ``--from-file`` file cannot be read.
     """
     if not args.location and not args.from_file:
         raise ValueError("params needs a location (or several, or --from-file FILE)")
-    storage: dict[str, str] = {}
-    for item in args.option:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise ValueError(f"--option wants KEY=VALUE, got {item!r}")
-        storage[key] = value
-    options = ReadOptions(
-        progress=False, **({"max_concurrency": args.concurrency} if args.concurrency else {})
-    )
+    kwargs = dict(open_kwargs)
+    kwargs["options"] = replace(kwargs.get("options") or ReadOptions(), progress=False)
     stream: TextIO | None = None
     if args.from_file:
         stream = sys.stdin if args.from_file == "-" else open(args.from_file, encoding="utf-8")  # noqa: SIM115
     try:
         locations = _chain(args.location, read_locations(stream) if stream else iter(()))
         return _report(
-            scan(
-                locations,
-                concurrency=args.models_at_once,
-                revision=args.revision,
-                token=args.token,
-                storage_options=storage or None,
-                options=options,
-            ),
+            scan(locations, concurrency=args.models_at_once, **kwargs),
             as_json=args.json,
             print_table=print_table,
         )
@@ -99,7 +91,7 @@ def _report(
     results: Iterator[ScanResult],
     *,
     as_json: bool,
-    print_table: Callable[[list[str], list[list[str]]], None],
+    print_table: Callable[..., None],
 ) -> int:
     bar = _bar()
     rows: list[list[str]] = []
@@ -127,6 +119,7 @@ def _report(
             print_table(
                 ["location", "params", "quantization", "stored by dtype", "size", "files", "error"],
                 rows,
+                right=("params", "size", "files"),
             )
         print(
             f"{done} location(s), {failed} failed, {elapsed:.1f} s"

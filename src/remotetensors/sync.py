@@ -9,6 +9,8 @@ waiting thread cancels the work in flight.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import contextlib
 import os
 import threading
 from typing import TYPE_CHECKING, Any, TypeVar, overload
@@ -27,11 +29,14 @@ if TYPE_CHECKING:
     import numpy.typing as npt
 
     from .configs import ConfigFiles
+    from .explore import TensorView
     from .index import FileIndex, ModelIndex, TensorInfo
     from .memory import MemoryEstimate
     from .quantization import LogicalTensor, ParameterCount, Quantization
     from .reader import AsyncTensorSlice
+    from .sources.base import Traffic
     from .sources.http import HttpOptions
+    from .tree import Tree
 
 T = TypeVar("T")
 
@@ -62,12 +67,40 @@ def run_sync(coroutine: Coroutine[Any, Any, T]) -> T:
     if threading.current_thread() is _thread:
         coroutine.close()
         raise RuntimeError("a sync remotetensors call was made on its own IO thread; await it")
-    future = asyncio.run_coroutine_threadsafe(coroutine, loop)
+    future: concurrent.futures.Future[T] = concurrent.futures.Future()
+    tasks: list[asyncio.Task[T]] = []
+
+    def start() -> None:
+        task = loop.create_task(coroutine)
+        tasks.append(task)
+        task.add_done_callback(lambda done: _settle(done, future))
+
+    loop.call_soon_threadsafe(start)
     try:
         return future.result()
     except KeyboardInterrupt:
-        future.cancel()
+        # Cancel the work and let it unwind (close connections, collect its subtasks) before
+        # the interrupt goes on, so nothing is left to fail unobserved at exit. A second
+        # Ctrl-C stops the wait.
+        loop.call_soon_threadsafe(lambda: tasks and tasks[0].cancel())
+        with contextlib.suppress(KeyboardInterrupt):
+            concurrent.futures.wait([future], timeout=CANCEL_GRACE_SECONDS)
         raise
+
+
+CANCEL_GRACE_SECONDS = 5.0
+"""After Ctrl-C, how long a sync call waits for its cancelled work to unwind."""
+
+
+def _settle(task: asyncio.Task[T], future: concurrent.futures.Future[T]) -> None:
+    """Copy a finished task's outcome into the future the calling thread waits on."""
+    if task.cancelled():
+        future.cancel()
+        future.set_running_or_notify_cancel()  # wakes concurrent.futures.wait() too
+    elif task.exception() is not None:
+        future.set_exception(task.exception())
+    else:
+        future.set_result(task.result())
 
 
 async def open_file_async(
@@ -169,6 +202,11 @@ class safe_open:  # safetensors' name for it, so that one import changes
     def metadata(self) -> dict[str, Any] | None:
         """The header's ``__metadata__``, or None; a GGUF file's typed key/value metadata."""
         return self._file.metadata()
+
+    @property
+    def traffic(self) -> Traffic:
+        """What crossed the network for this file so far: requests, bytes, seconds."""
+        return self._file.traffic
 
     def get_tensor(self, name: str) -> Any:
         """Fetch one tensor (only its bytes cross the network)."""
@@ -317,6 +355,43 @@ class Model:
         """Total bytes of tensor data."""
         return self._model.nbytes
 
+    @property
+    def traffic(self) -> Traffic:
+        """What crossed the network for this model so far: requests, bytes, seconds."""
+        return self._model.traffic
+
+    @property
+    def traffic_by_file(self) -> dict[str, Traffic]:
+        """File name -> what crossed the network for it (index, configs and probes too)."""
+        return self._model.traffic_by_file
+
+    def tree(self) -> Tree:
+        """The tensors as a tree of modules, repeated blocks folded (see :mod:`.tree`)."""
+        from .explore import model_tree
+
+        return model_tree(self._model)
+
+    def tensor(self, name: str) -> TensorView:
+        """A view of one tensor: its card (name, dtype, shape, bytes, shard, byte range) and,
+        on request, ``.stats()``, ``.heatmap()``, ``.get()``; nothing is fetched here.
+
+        Raises:
+            TensorNotFoundError: the model has no such tensor.
+        """
+        from .explore import TensorView
+
+        self._model.select([name])
+        return TensorView(self, self.tensors[name], self._model.logical_tensors.get(name))
+
+    def _fetch_rows(self, name: str, blocks: list[tuple[int, int]]) -> list[Any]:
+        """Row blocks ``[(start, stop), ...]`` of tensor ``name``, fetched concurrently."""
+        view = self._model.get_slice(name)
+
+        async def fetch() -> list[Any]:
+            return list(await asyncio.gather(*(view[a:b] for a, b in blocks)))
+
+        return run_sync(fetch())
+
     def get_tensor(self, name: str) -> Any:
         """Fetch one tensor from its shard."""
         return run_sync(self._model.get_tensor(name))
@@ -357,6 +432,9 @@ class Model:
 
     def _repr_html_(self) -> str:
         return self._model._repr_html_()
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        self._model._repr_pretty_(printer, cycle)
 
     def __repr__(self) -> str:
         return repr(self._model).replace("AsyncModel", "Model", 1)

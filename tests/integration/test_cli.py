@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -99,7 +100,7 @@ def test_get_writes_npy_and_safetensors(
     [
         ("missing file", "no such file"),
         ("404", "not found"),
-        ("not safetensors", "header too large"),
+        ("not safetensors", "not a safetensors file"),
         ("unknown tensor", "does not contain tensor"),
         ("bad slice", "out of bounds"),
     ],
@@ -152,3 +153,27 @@ def test_demo_runs_offline_as_a_module() -> None:
     assert "$ remotetensors get" in out
     assert out.count("crossed the network") == 3
     assert "Traceback" not in result.stderr
+    # The folder the demo wrote to is gone when it ends: its path is never shown.
+    assert tempfile.gettempdir() not in out
+    assert "-> rows.npy" in out
+
+
+def test_an_unexpected_failure_is_one_line_unless_debugging(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import remotetensors.cli as cli
+
+    def broken(args: object) -> int:
+        raise RuntimeError("boom\nsecond line")
+
+    monkeypatch.setattr(cli, "_params", broken)
+    monkeypatch.delenv(cli.DEBUG_VARIABLE, raising=False)
+    status, out, err = run(capsys, "params", "anywhere")
+    assert status == 1
+    assert out == ""
+    assert err.count("\n") == 1
+    assert "RuntimeError: boom second line" in err
+    assert "REMOTETENSORS_DEBUG=1" in err
+    monkeypatch.setenv(cli.DEBUG_VARIABLE, "1")
+    with pytest.raises(RuntimeError, match="boom"):
+        main(["params", "anywhere"])

@@ -36,7 +36,7 @@ def client() -> Iterator[Any]:
             n_workers=2,
             threads_per_worker=1,
             processes=True,
-            dashboard_address=None,
+            dashboard_address="127.0.0.1:0",  # a free port: 8787 may be taken
             host="127.0.0.1",
             silence_logs=40,
         ) as cluster,

@@ -397,5 +397,12 @@ def test_hub_locations_parse() -> None:
     )
     assert str(path) == "hf://datasets/org/data@refs%2Fpr%2F1/sub/x.safetensors"
     assert HubPath.parse("hf://org/model").path == ""
+    # One-word legacy repos (gpt2), alone or with a file; the scheme in any case.
+    assert HubPath.parse("hf://lonely").repo_id == "lonely"
+    legacy = HubPath.parse("hf://gpt2@v1/model.safetensors")
+    assert (legacy.repo_id, legacy.revision, legacy.path) == ("gpt2", "v1", "model.safetensors")
+    assert HubPath.parse("HF://Org/Model").repo_id == "Org/Model"
     with pytest.raises(ValueError, match="expected"):
-        HubPath.parse("hf://lonely")
+        HubPath.parse("hf://")
+    with pytest.raises(ValueError, match="nothing after '@'"):
+        HubPath.parse("hf://org/model@")

@@ -17,8 +17,15 @@ NOTEBOOKS = sorted((Path(__file__).parents[2] / "notebooks").glob("*.ipynb"))
 EXPECTED = {
     "explore_hub_model.ipynb": [
         "cosine similarity",
-        "<details>",  # the model's HTML view rendered
-        "image/png",  # the histogram
+        "<details",  # the model's HTML view rendered
+        "model.layers.[0-11] \u2014 12 \u00d7 (",  # twelve layers folded into one section
+        "image/png",  # the histogram and the heatmap
+        "sample: ",  # stats of a sample, stated as such
+        "byte range",  # the tensor card
+        ">packed<",  # the quantized model's marks
+        ">aux<",
+        "network so far",
+        "memory to serve one sequence of 4,096 tokens",  # the quantized model's config
         # the quantized model served below, unpacked to its float model's count
         f"true count: {quantized.float_count(quantized.Arch()):,} parameters",
         "qweight",
@@ -29,13 +36,14 @@ EXPECTED = {
         "max difference from numpy in this process: 0.0",
     ],
 }
+IMAGES = {"explore_hub_model.ipynb": 3}  # two histograms and a heatmap
 NEEDS = {"dask_on_a_cluster.ipynb": "distributed"}
 
 
 @pytest.fixture
 def hub_model(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     hub = HubStandIn()
-    files, _ = sharded(shards=2, layers_per_shard=2)
+    files, _ = sharded(shards=2, layers_per_shard=6)
     hub.add("example/tiny-model", files)
     spec, config = quantized.gptq(quantized.Arch(), bits=4)
     hub.add("example/tiny-gptq", quantized.files_for(spec, config, shards=2))
@@ -74,3 +82,6 @@ def test_notebook_runs(path: Path, hub_model: str, tmp_path: Path) -> None:
     text = "\n".join(str(o.get("text", "")) + str(o.get("data", {})) for o in outputs)
     for marker in EXPECTED[path.name]:
         assert marker in text, marker
+    # The executed notebook, with its images, for a person to look at.
+    nbformat.write(notebook, tmp_path / path.name)  # type: ignore[no-untyped-call]
+    assert text.count("image/png") >= IMAGES.get(path.name, 0)

@@ -37,6 +37,8 @@ def test_leaves_subclass_the_builtin_a_user_catches() -> None:
     assert issubclass(errors_module.NotFoundError, FileNotFoundError)
     assert issubclass(errors_module.PermissionDeniedError, PermissionError)
     assert issubclass(errors_module.RequestTimeoutError, TimeoutError)
+    assert issubclass(errors_module.LocationError, ValueError)
+    assert issubclass(errors_module.MissingDependencyError, ImportError)
 
 
 def test_header_error_carries_its_rule_as_a_value() -> None:
@@ -95,12 +97,18 @@ PUBLIC_NAMES = {
     "ModelIndex",
     "open_model",
     "open_model_async",
+    "LocationError",
     "ConfigWarning",
     "LogicalTensor",
     "MemoryEstimate",
     "ParameterCount",
     "Quantization",
     "AmbiguousModelError",
+    "Comparison",
+    "TensorStats",
+    "TensorView",
+    "Traffic",
+    "compare",
 }
 
 

@@ -54,6 +54,9 @@ def describe_foreign(first_bytes: bytes) -> str:
     return ""
 
 
+_NOT_TENSORS = " (so this is not a safetensors file, or it is cut short or damaged)"
+
+
 def header_length(prefix: bytes, *, file_size: int, location: str = "<bytes>") -> int:
     """Read N from the first bytes of a file and check it against the file size.
 
@@ -80,14 +83,14 @@ def header_length(prefix: bytes, *, file_size: int, location: str = "<bytes>") -
         raise HeaderError(
             HeaderErrorKind.TOO_LARGE,
             f"the first 8 bytes say the header has {n} bytes, more than the limit of "
-            f"{MAX_HEADER_BYTES}{describe_foreign(prefix)}",
+            f"{MAX_HEADER_BYTES}{describe_foreign(prefix) or _NOT_TENSORS}",
             location=location,
         )
     if PREFIX_BYTES + n > file_size:
         raise HeaderError(
             HeaderErrorKind.INVALID_LENGTH,
             f"the header claims bytes [8, {8 + n}) but the file has only {file_size} bytes"
-            f"{describe_foreign(prefix)}",
+            f"{describe_foreign(prefix) or _NOT_TENSORS}",
             location=location,
         )
     return int(n)

@@ -7,10 +7,13 @@ else (headers, tensors, planning) sits above it.
 from __future__ import annotations
 
 import abc
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from .recipe import SourceRecipe
 
 
@@ -80,3 +83,86 @@ class ByteSource(abc.ABC):
 
     async def aclose(self) -> None:  # noqa: B027 (most sources hold nothing to release)
         """Release connections or file handles; the source is unusable afterwards."""
+
+
+@dataclass(slots=True)
+class Traffic:
+    """What crossed the network for one file (or a whole model, summed).
+
+    Attributes:
+        requests: reads asked of the source (a header window, a range; a read that the source
+            retried or resumed internally counts once; a failed read counts too).
+        bytes: bytes received into memory.
+        seconds: wall time during which at least one read was in flight (concurrent reads
+            overlap, so this is not their sum).
+    """
+
+    requests: int = 0
+    bytes: int = 0
+    seconds: float = 0.0
+    _in_flight: int = field(default=0, repr=False, compare=False)
+    _since: float = field(default=0.0, repr=False, compare=False)
+
+    def _begin(self) -> None:
+        self.requests += 1
+        if self._in_flight == 0:
+            self._since = time.perf_counter()
+        self._in_flight += 1
+
+    def _end(self, received: int) -> None:
+        self.bytes += received
+        self._in_flight -= 1
+        if self._in_flight == 0:
+            self.seconds += time.perf_counter() - self._since
+
+    def as_dict(self) -> dict[str, float]:
+        """``{"requests", "bytes", "seconds"}``."""
+        return {"requests": self.requests, "bytes": self.bytes, "seconds": self.seconds}
+
+    @classmethod
+    def total(cls, parts: Iterable[Traffic]) -> Traffic:
+        """The sum of ``parts`` (``seconds`` summed: an upper bound of the wall time)."""
+        result = cls()
+        for part in parts:
+            result.requests += part.requests
+            result.bytes += part.bytes
+            result.seconds += part.seconds
+        return result
+
+
+class CountingSource(ByteSource):
+    """Any source, with every read counted in a :class:`Traffic`; the same for every backend,
+    because it counts above them. Reads pass through unchanged."""
+
+    def __init__(self, inner: ByteSource, traffic: Traffic | None = None) -> None:
+        self.inner = inner
+        self.traffic = traffic if traffic is not None else Traffic()
+
+    @property
+    def location(self) -> str:
+        return self.inner.location
+
+    async def open_prefix(self, length: int) -> Prefix:
+        self.traffic._begin()
+        received = 0
+        try:
+            prefix = await self.inner.open_prefix(length)
+            received = len(prefix.data)
+            return prefix
+        finally:
+            self.traffic._end(received)
+
+    async def read_into(self, start: int, buffer: memoryview) -> None:
+        self.traffic._begin()
+        received = 0
+        try:
+            await self.inner.read_into(start, buffer)
+            received = len(buffer)
+        finally:
+            self.traffic._end(received)
+
+    def recipe(self) -> SourceRecipe:
+        return self.inner.recipe()
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()

@@ -14,13 +14,15 @@ from __future__ import annotations
 
 import asyncio
 import re
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import fsspec
 import fsspec.asyn
 
 from ..errors import (
     BadResponseError,
+    LocationError,
+    MissingDependencyError,
     NotFoundError,
     PermissionDeniedError,
     RemoteFileChangedError,
@@ -30,7 +32,9 @@ from .base import ByteSource, Prefix
 from .recipe import SourceRecipe
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Coroutine, Mapping
+
+T = TypeVar("T")
 
 _CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+)")
 
@@ -55,7 +59,7 @@ class FsspecSource(ByteSource):
         # Kept to reopen the file in another process; None when a ready filesystem was given.
         self._storage_options = None if fs is not None else dict(storage_options or {})
         if fs is None:
-            fs, path = fsspec.core.url_to_fs(url, **dict(storage_options or {}))
+            fs, path = _filesystem(url, storage_options)
         else:
             path = url
         self._fs = fs
@@ -118,10 +122,23 @@ class FsspecSource(ByteSource):
         """A filesystem method: its async twin on async filesystems, else on a worker thread."""
         try:
             if isinstance(self._fs, fsspec.asyn.AsyncFileSystem) and self._fs.async_impl:
-                return await getattr(self._fs, f"_{method}")(*args, **kwargs)
+                return await self._on_own_loop(getattr(self._fs, f"_{method}")(*args, **kwargs))
             return await asyncio.to_thread(getattr(self._fs, method), *args, **kwargs)
         except Exception as exc:
             raise self._translate(exc) from exc
+
+    async def _on_own_loop(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        """Await ``coroutine`` on the loop that owns the filesystem's sessions.
+
+        A filesystem made for sync use (fsspec's default) keeps its sessions on fsspec's IO
+        loop, and s3fs closes them there at exit; driving them from another loop leaves
+        sessions that cannot be closed cleanly (tracebacks at exit). Cancelling the wait
+        cancels the work on that loop.
+        """
+        loop = getattr(self._fs, "loop", None)
+        if loop is None or loop is asyncio.get_running_loop():
+            return await coroutine
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coroutine, loop))
 
     async def _s3_get(self, start: int, end: int, *, first: bool) -> bytes:
         bucket, key, version = self._fs.split_path(self._path)
@@ -131,13 +148,11 @@ class FsspecSource(ByteSource):
         if not first and self._validator is not None:
             extra["IfMatch"] = self._validator
         try:
-            response = await self._fs._call_s3(
-                "get_object", Bucket=bucket, Key=key, Range=f"bytes={start}-{end - 1}", **extra
+            response, data = await self._on_own_loop(
+                self._s3_get_object(
+                    Bucket=bucket, Key=key, Range=f"bytes={start}-{end - 1}", **extra
+                )
             )
-            try:
-                data: bytes = await response["Body"].read()
-            finally:
-                response["Body"].close()
         except Exception as exc:
             if first and "InvalidRange" in _chain_text(exc):
                 self._size = 0  # an empty object has no byte 0
@@ -167,6 +182,14 @@ class FsspecSource(ByteSource):
             )
         return data
 
+    async def _s3_get_object(self, **request: Any) -> tuple[dict[str, Any], bytes]:
+        response: dict[str, Any] = await self._fs._call_s3("get_object", **request)
+        try:
+            data: bytes = await response["Body"].read()
+        finally:
+            response["Body"].close()
+        return response, data
+
     def _translate(self, exc: Exception) -> Exception:
         text = _chain_text(exc)
         if "PreconditionFailed" in text or "pre-conditions" in text:
@@ -184,6 +207,50 @@ class FsspecSource(ByteSource):
         if isinstance(exc, (BadResponseError, RemoteFileChangedError)):
             return exc
         return TransportError(f"{self._url}: {type(exc).__name__}: {exc}")
+
+
+def _filesystem(
+    url: str, storage_options: Mapping[str, Any] | None
+) -> tuple[fsspec.AbstractFileSystem, str]:
+    """fsspec's filesystem and path for ``url``, its failures put in the user's terms.
+
+    Raises:
+        MissingDependencyError: the protocol's package is not installed (with the pip line).
+        LocationError: an unknown protocol, or options the filesystem does not take.
+        TransportError: the filesystem could not connect (FTP and SFTP connect right here).
+    """
+    try:
+        fs, path = fsspec.core.url_to_fs(url, **dict(storage_options or {}))
+    except ImportError as exc:
+        raise MissingDependencyError(f"{url}: {_install_hint(exc)}") from exc
+    except OSError as exc:
+        raise TransportError(f"{url}: cannot connect: {exc}") from exc
+    except Exception as exc:
+        if "Protocol not known" in str(exc):
+            protocol = url.split("://", 1)[0]
+            raise LocationError(
+                f"{url}: unknown protocol {protocol!r}; expected hf://, http(s)://, s3://, "
+                "another fsspec protocol, file:// or a local path"
+            ) from exc
+        raise LocationError(
+            f"{url}: cannot set up its filesystem: {type(exc).__name__}: {exc}"
+        ) from exc
+    return fs, path
+
+
+def _install_hint(exc: ImportError) -> str:
+    """What to install for a protocol whose package is missing."""
+    missing: str | None = None
+    seen: BaseException | None = exc
+    while seen is not None and missing is None:
+        missing = getattr(seen, "name", None)
+        seen = seen.__cause__ or seen.__context__
+    text = str(exc)
+    if missing == "s3fs" or "s3fs" in text:
+        return 'reading s3:// needs s3fs: pip install "remotetensors[s3]"'
+    if missing:
+        return f"{text}: pip install {missing}"
+    return text
 
 
 def _chain_text(exc: BaseException) -> str:

@@ -9,16 +9,25 @@ What this source guarantees (see ``reference/remote-io.md`` for why each rule ex
 - redirects are followed on the first request; later requests go straight to the final URL, and
   if that URL stops working (401/403/404/410, as an expired signed URL does) the original URL is
   resolved once more;
-- the first response's validator (a strong ETag) is sent as ``If-Match`` on later requests and
-  every response's ETag and total size are compared with the first: a changed file raises
-  :class:`RemoteFileChangedError`, never mixes versions;
+- the first response's validators are kept: a strong ETag is sent as ``If-Match`` on later
+  requests (else ``Last-Modified`` as ``If-Unmodified-Since``), and every later answer must carry
+  the same total size, ETag and ``Last-Modified`` as the first; a changed or missing validator
+  raises :class:`RemoteFileChangedError`, never mixes versions;
 - connect and read errors, truncated bodies, 429 and 5xx are retried with exponential backoff and
-  full jitter, honouring ``Retry-After``; a truncated body resumes from its first missing byte.
+  full jitter, honouring a well-formed ``Retry-After``; a truncated body resumes from its first
+  missing byte, and a resume without real progress counts as a failed attempt;
+- every attempt runs under a throughput floor and every range read under an optional deadline
+  (:class:`RequestTimeoutError` says which bound tripped);
+- the URL's userinfo is sent as Basic auth to its own origin only, and every message names the
+  URL with its secrets masked (:func:`~remotetensors.redact.redact_url`);
+- whatever httpx raises (a redirect loop, a malformed head) becomes one of our errors.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import contextlib
 import email.utils
 import os
 import random
@@ -26,8 +35,9 @@ import re
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
+import h11
 import httpx
 
 from ..errors import (
@@ -40,9 +50,11 @@ from ..errors import (
     TransportError,
 )
 from ..ranges import ByteRange
+from ..redact import redact_url
+from ..status import Retrying, activity, bytes_listener, retrying
 from .base import ByteSource, Prefix
 from .ratelimit import limiter_for
-from .rawhttp import RawConnectionError, RawRangeClient, RawTimeoutError
+from .rawhttp import Meter, RawConnectionError, RawProtocolError, RawRangeClient, RawTimeoutError
 from .recipe import SourceRecipe
 from .tls import shared_ssl_context
 
@@ -51,6 +63,7 @@ if TYPE_CHECKING:
 
 _CONTENT_RANGE = re.compile(r"^\s*bytes\s+(\d+)-(\d+)/(\d+|\*)\s*$", re.IGNORECASE)
 _UNSATISFIED_RANGE = re.compile(r"^\s*bytes\s+\*/(\d+)\s*$", re.IGNORECASE)
+_DELAY_SECONDS = re.compile(r"[0-9]{1,9}")
 _RETRY_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
 
 
@@ -71,6 +84,18 @@ class HttpOptions:
         accept_whole_body_below_bytes: opt-in: when a server ignores ``Range`` and the whole
             file is smaller than this, use the whole body instead of failing. 0 (the default)
             never accepts a whole body.
+        resume_progress_bytes: a cut body resumes from its first missing byte; the attempt
+            counts against ``max_attempts`` unless it delivered at least this many bytes or
+            half of what was still missing (so a server that sends a few bytes per
+            connection fails after ``max_attempts`` requests instead of never).
+        min_bytes_per_second: throughput floor of a request, measured over every
+            ``throughput_window_seconds`` (head and body bytes): a request below it is
+            cancelled with :class:`RequestTimeoutError` (``bound="min_bytes_per_second"``),
+            which a trickling server never trips through the read timeout. 0 disables it.
+        throughput_window_seconds: the window of ``min_bytes_per_second``.
+        request_deadline_seconds: total time for one range read, all attempts, waits and
+            resumes included; ``None`` (the default) sets none. Exceeding it raises
+            :class:`RequestTimeoutError` with ``bound="request_deadline_seconds"``.
         direct_reads: read the bodies of data requests with the built-in HTTP/1.1 reader
             (:mod:`.rawhttp`), which receives them straight into the destination array; httpx
             copies every 64 KiB piece and runs at a fraction of the speed. The first request
@@ -87,6 +112,10 @@ class HttpOptions:
     max_connections: int = 64
     headers: Mapping[str, str] = field(default_factory=dict)
     accept_whole_body_below_bytes: int = 0
+    resume_progress_bytes: int = 1024 * 1024
+    min_bytes_per_second: float = 1024.0
+    throughput_window_seconds: float = 30.0
+    request_deadline_seconds: float | None = None
     direct_reads: bool = True
 
     def new_client(self) -> httpx.AsyncClient:
@@ -141,14 +170,17 @@ class HttpSource(ByteSource):
         client: httpx.AsyncClient | None = None,
         options: HttpOptions | None = None,
     ) -> None:
-        self._url = url
+        self._given_url = url  # with its userinfo: what another process must open again
+        self._url, self._basic_auth = _split_userinfo(url)
+        self._shown = redact_url(url)
         self._options = options or HttpOptions()
         self._client = client
         self._owns_client = client is None
-        self._data_url = url
+        self._data_url = self._url
         self._reresolved = False  # a file's redirect is resolved again at most once
         self._size: int | None = None
         self._etag: str | None = None
+        self._last_modified: str | None = None
         self._whole_body: bytes | None = None
         self._verified = False  # _data_url answered a ranged GET itself (no redirect pending)
         self._raw: RawRangeClient | None = None
@@ -158,7 +190,11 @@ class HttpSource(ByteSource):
 
     @property
     def location(self) -> str:
-        return self._url
+        """The URL without its secrets (password, signatures, tokens: ``***``)."""
+        return self._shown
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self._shown}>"
 
     def _http(self) -> httpx.AsyncClient:
         if self._client is None:
@@ -188,12 +224,13 @@ class HttpSource(ByteSource):
     # --- the ByteSource contract --------------------------------------------------------------
 
     def recipe(self) -> SourceRecipe:
-        return self._recipe_for(self._url)
+        return self._recipe_for(self._given_url)
 
     def _recipe_for(self, url: str) -> SourceRecipe:
         if self._size is None:
             raise RuntimeError("open_prefix must be called before recipe")
-        return SourceRecipe("http", url, self.location, self._size, self._etag, self._options)
+        validator = self._validator()
+        return SourceRecipe("http", url, self.location, self._size, validator, self._options)
 
     async def open_prefix(self, length: int) -> Prefix:
         if length <= 0:
@@ -202,7 +239,7 @@ class HttpSource(ByteSource):
         received = await self._fetch(0, length, memoryview(buffer), first=True)
         assert self._size is not None
         # A copy, not a resize: a retried attempt's traceback may still hold a view of buffer.
-        return Prefix(bytes(buffer[:received]), self._size, self._etag)
+        return Prefix(bytes(buffer[:received]), self._size, self._validator())
 
     async def read_into(self, start: int, buffer: memoryview) -> None:
         end = start + len(buffer)
@@ -210,7 +247,7 @@ class HttpSource(ByteSource):
             raise RuntimeError("open_prefix must be called before read_into")
         if start < 0 or end > self._size:
             raise ValueError(
-                f"{self._url}: bytes [{start}, {end}) lie outside the file of {self._size} bytes"
+                f"{self._shown}: bytes [{start}, {end}) lie outside the file of {self._size} bytes"
             )
         if not len(buffer):
             return
@@ -225,22 +262,35 @@ class HttpSource(ByteSource):
         """Fill ``buffer`` with bytes [start, end), resuming and retrying; returns bytes written.
 
         On the first request ``end`` may exceed the file: the answer then stops at its end.
+        Every attempt runs under the throughput floor, and all of them under the deadline.
         """
+        options = self._options
+        deadline = (
+            None
+            if options.request_deadline_seconds is None
+            else time.monotonic() + options.request_deadline_seconds
+        )
         received = 0
         attempt = 0
         while True:
             try:
-                got = await self._one_request(start + received, end, buffer[received:], first=first)
+                got = await self._guarded(
+                    start + received, end, buffer[received:], first=first, deadline=deadline
+                )
                 return received + got
             except _Truncated as cut:
-                # Progress made: resume from the first missing byte with a fresh attempt budget.
                 received += cut.received
                 first = False
+                missing = min(end, self._size or end) - start - received
                 end = min(end, self._size or end)
-                if cut.received:
+                # Resume from the first missing byte. Only real progress (a good share of
+                # what was missing) earns a fresh attempt budget: a server that sends a few
+                # bytes per connection must not keep us busy without end.
+                progress = min(options.resume_progress_bytes, (cut.received + missing) // 2)
+                if cut.received and cut.received >= max(progress, 1):
                     attempt = 0
                     continue
-                failure: _Retry = _Retry(cut.reason)
+                failure: _Retry = _Retry(cut.reason, timed_out=cut.timed_out)
             except _Reresolve as expired:
                 if expired.url != self._data_url:
                     continue  # a concurrent read already resolved the URL again
@@ -253,9 +303,61 @@ class HttpSource(ByteSource):
             except _Retry as retry:
                 failure = retry
             attempt += 1
-            if attempt >= self._options.max_attempts:
+            if attempt >= options.max_attempts:
                 raise self._give_up(failure, attempt) from None
-            await asyncio.sleep(self._wait_seconds(attempt, failure))
+            wait = self._wait_seconds(attempt, failure)
+            if deadline is not None and time.monotonic() + wait >= deadline:
+                raise self._deadline_passed(failure.reason) from None
+            retrying(Retrying(self._shown, attempt, options.max_attempts, failure.reason, wait))
+            await asyncio.sleep(wait)
+
+    async def _guarded(
+        self, start: int, end: int, buffer: memoryview, *, first: bool, deadline: float | None
+    ) -> int:
+        """One attempt, cancelled when it falls below the throughput floor or the deadline.
+
+        Raises:
+            RequestTimeoutError: naming the bound that tripped; not retried, since a server
+                that is this slow for a whole window is not expected to recover at once.
+        """
+        options = self._options
+        meter = Meter()
+        window = options.throughput_window_seconds
+        floor = options.min_bytes_per_second * window
+        attempt = self._one_request(start, end, buffer, first=first, meter=meter)
+        task = asyncio.ensure_future(attempt)
+        try:
+            while True:
+                mark = meter.bytes
+                timeout = window
+                if deadline is not None:
+                    timeout = min(timeout, deadline - time.monotonic())
+                done, _ = await asyncio.wait((task,), timeout=max(timeout, 0.0))
+                if done:
+                    return task.result()
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise self._deadline_passed(f"{meter.bytes} bytes received by then")
+                if meter.bytes - mark < floor:
+                    raise RequestTimeoutError(
+                        f"{self._shown}: bytes {start}-{end - 1} arrived at "
+                        f"{(meter.bytes - mark) / window:.0f} bytes/s over the last "
+                        f"{window:g} s, below min_bytes_per_second="
+                        f"{options.min_bytes_per_second:g}; the server is too slow or stalling",
+                        bound="min_bytes_per_second",
+                    )
+        finally:
+            if not task.done():
+                task.cancel()
+            # Its outcome was returned or raised above, or is moot now; retrieve it either way.
+            with contextlib.suppress(BaseException):
+                await task
+
+    def _deadline_passed(self, detail: str) -> RequestTimeoutError:
+        return RequestTimeoutError(
+            f"{self._shown}: the request did not finish within request_deadline_seconds="
+            f"{self._options.request_deadline_seconds:g} ({detail})",
+            bound="request_deadline_seconds",
+        )
 
     def _wait_seconds(self, attempt: int, failure: _Retry) -> float:
         if failure.wait_seconds is not None:
@@ -267,25 +369,40 @@ class HttpSource(ByteSource):
         return random.uniform(0, ceiling)
 
     def _give_up(self, failure: _Retry, attempts: int) -> Exception:
-        message = f"{self._data_url}: {failure.reason} (gave up after {attempts} attempts)"
+        via = f" (via {redact_url(self._data_url)})" if self._data_url != self._url else ""
+        message = f"{self._shown}{via}: {failure.reason} (gave up after {attempts} attempts)"
         if failure.timed_out:
-            return RequestTimeoutError(message)
+            return RequestTimeoutError(message, bound="read_timeout_seconds")
         return TransportError(message)
 
     def _headers(self, start: int, end: int, *, first: bool) -> dict[str, str]:
         # Credentials are for the URL the user named, never for where it redirected to (a CDN).
+        # So is the userinfo of the URL, sent as Basic auth unless an Authorization is given.
         same_origin = _origin(self._data_url) == _origin(self._url)
         headers = dict(self._options.headers) if same_origin else {}
+        if (
+            same_origin
+            and self._basic_auth
+            and not any(name.lower() == "authorization" for name in headers)
+        ):
+            headers["Authorization"] = self._basic_auth
         headers["Range"] = ByteRange(start, end).header_value()
         headers["Accept-Encoding"] = "identity"
-        if not first and self._etag is not None and not self._etag.startswith("W/"):
-            headers["If-Match"] = self._etag
+        if not first:
+            # Conditions on the version opened: a server that honours them answers 412 when the
+            # file changed. A weak ETag cannot be used for If-Match (RFC 9110 13.1.1).
+            if self._etag is not None and not self._etag.startswith("W/"):
+                headers["If-Match"] = self._etag
+            elif self._last_modified is not None:
+                headers["If-Unmodified-Since"] = self._last_modified
         return headers
 
-    async def _one_request(self, start: int, end: int, buffer: memoryview, *, first: bool) -> int:
+    async def _one_request(
+        self, start: int, end: int, buffer: memoryview, *, first: bool, meter: Meter
+    ) -> int:
         direct = None if first else self._direct()
         if direct is not None:
-            return await self._one_direct_request(direct, start, end, buffer)
+            return await self._one_direct_request(direct, start, end, buffer, meter)
         url = self._data_url
         limiter = limiter_for(url)  # shared by the whole process: see .ratelimit
         await limiter.acquire()
@@ -300,7 +417,9 @@ class HttpSource(ByteSource):
                     self.first_response_headers = response.headers
                 status = response.status_code
                 if status == 206:
-                    received = await self._read_partial(response, start, end, buffer, first=first)
+                    received = await self._read_partial(
+                        response, start, end, buffer, first=first, meter=meter
+                    )
                     self._verified = True
                     return received
                 if status == 200:
@@ -310,11 +429,30 @@ class HttpSource(ByteSource):
                 raise self._status_failure(status, response.headers, str(response.request.url))
         except httpx.TimeoutException as exc:
             raise _Retry(f"request timed out ({type(exc).__name__})", timed_out=True) from None
+        except httpx.TooManyRedirects:
+            raise BadResponseError(
+                f"{self._shown}: more than {self._http().max_redirects} redirects (a redirect "
+                f"loop?); last URL {redact_url(url)}"
+            ) from None
+        except httpx.UnsupportedProtocol as exc:
+            raise BadResponseError(
+                f"{self._shown}: redirected to a URL that cannot be fetched over HTTP(S) ({exc})"
+            ) from None
+        except httpx.RemoteProtocolError as exc:
+            if _malformed(exc):
+                raise BadResponseError(
+                    f"{self._shown}: the server's answer is not valid HTTP/1.1: {exc}"
+                ) from None
+            raise _Retry(f"network error: {type(exc).__name__}: {exc}") from None
         except httpx.TransportError as exc:
             raise _Retry(f"network error: {type(exc).__name__}: {exc}") from None
+        except (httpx.HTTPError, httpx.InvalidURL) as exc:
+            raise BadResponseError(
+                f"{self._shown}: HTTP request failed: {type(exc).__name__}: {redact_url(str(exc))}"
+            ) from None
 
     async def _one_direct_request(
-        self, direct: RawRangeClient, start: int, end: int, buffer: memoryview
+        self, direct: RawRangeClient, start: int, end: int, buffer: memoryview, meter: Meter
     ) -> int:
         url = self._data_url
         problems: list[Exception] = []
@@ -333,11 +471,17 @@ class HttpSource(ByteSource):
         await limiter.acquire()
         try:
             answer = await direct.get_into(
-                url, self._headers(start, end, first=False), buffer, accept
+                url, self._headers(start, end, first=False), buffer, accept, meter
             )
+        except RawProtocolError as exc:
+            raise BadResponseError(
+                f"{self._shown}: the server's answer is not valid HTTP/1.1: {exc}"
+            ) from None
         except RawTimeoutError as exc:
             if exc.received:
-                raise _Truncated(exc.received, f"body stalled after {exc.received} bytes") from None
+                raise _Truncated(
+                    exc.received, f"body stalled after {exc.received} bytes", timed_out=True
+                ) from None
             raise _Retry(f"request timed out ({exc})", timed_out=True) from None
         except RawConnectionError as exc:
             if exc.received:
@@ -351,7 +495,7 @@ class HttpSource(ByteSource):
             return answer.received
         if status == 206:
             raise BadResponseError(
-                f"{self._url}: the body announced for bytes {start}-{end - 1} "
+                f"{self._shown}: the body announced for bytes {start}-{end - 1} "
                 f"(Content-Length {headers.get('Content-Length')}, Transfer-Encoding "
                 f"{headers.get('Transfer-Encoding')}) is longer than or differs from the "
                 f"{end - start} bytes that Content-Range announced"
@@ -369,8 +513,8 @@ class HttpSource(ByteSource):
             return _Retry(f"HTTP {status}", _retry_after(status, headers, url, self._options))
         if status == 412:
             return RemoteFileChangedError(
-                f"{self._url}: the file changed since it was opened (HTTP 412 for If-Match "
-                f"{self._etag}); open it again to read the new version"
+                f"{self._shown}: the file changed since it was opened (HTTP 412 for "
+                f"{self._condition()}); open it again to read the new version"
             )
         if redirected and status in (401, 403, 404, 410):
             return _Reresolve(status, url)
@@ -382,44 +526,84 @@ class HttpSource(ByteSource):
         code = headers.get("X-Error-Code") if headers is not None else None
         detail = f" ({code})" if code else ""
         if status in (404, 410):
-            return NotFoundError(f"{self._url}: not found (HTTP {status}{detail} from {url})")
+            return NotFoundError(
+                f"{self._shown}: not found (HTTP {status}{detail} from {redact_url(url)})"
+            )
         if status in (401, 403):
             return PermissionDeniedError(
-                f"{self._url}: access denied (HTTP {status}{detail} from {url}); a private or "
-                "gated file needs a token, e.g. an Authorization header or HF_TOKEN"
+                f"{self._shown}: access denied (HTTP {status}{detail} from {redact_url(url)}); a "
+                "private or gated file needs a token, e.g. an Authorization header or HF_TOKEN"
             )
-        return BadResponseError(f"{self._url}: unexpected HTTP {status}{detail} from {url}")
+        return BadResponseError(f"{self._shown}: unexpected HTTP {status}{detail} from {url}")
 
     def _empty_file(self, response: httpx.Response) -> int:
         match = _UNSATISFIED_RANGE.match(response.headers.get("Content-Range", ""))
         if match is None or int(match.group(1)) != 0:
             raise BadResponseError(
-                f"{self._url}: HTTP 416 for bytes from 0 without 'Content-Range: bytes */0' "
+                f"{self._shown}: HTTP 416 for bytes from 0 without 'Content-Range: bytes */0' "
                 f"(saw {response.headers.get('Content-Range')!r})"
             )
         self._size = 0
-        self._etag = response.headers.get("ETag")
+        self._remember_validators(response.headers)
         return 0
 
     def _check_identity(self, headers: httpx.Headers) -> None:
         encoding = headers.get("Content-Encoding", "identity").strip().lower()
         if encoding not in ("", "identity"):
             raise BadResponseError(
-                f"{self._url}: the server sent a {encoding}-encoded body although "
+                f"{self._shown}: the server sent a {encoding}-encoded body although "
                 "'Accept-Encoding: identity' was asked; its byte offsets cannot be trusted"
             )
 
-    def _check_version(self, etag: str | None, total: int) -> None:
+    def _validator(self) -> str | None:
+        """What identifies the version opened: the ETag, else ``Last-Modified``."""
+        return self._etag if self._etag is not None else self._last_modified
+
+    def _remember_validators(self, headers: httpx.Headers) -> None:
+        etag = headers.get("ETag")
+        self._etag = etag.strip() if etag else None
+        modified = headers.get("Last-Modified")
+        self._last_modified = modified.strip() if modified else None
+
+    def _condition(self) -> str:
+        if self._etag is not None and not self._etag.startswith("W/"):
+            return f"If-Match {self._etag}"
+        return f"If-Unmodified-Since {self._last_modified}"
+
+    def _check_version(self, headers: httpx.Headers, total: int) -> None:
+        """A later answer must be tied to the version opened: same size and validators.
+
+        An answer that lacks a validator the first answer had cannot be tied to that version
+        (a CDN may have stripped it while the file changed), so it is refused, never used.
+        """
         if self._size is not None and total != self._size:
             raise RemoteFileChangedError(
-                f"{self._url}: the file changed since it was opened (size {self._size} bytes, "
+                f"{self._shown}: the file changed since it was opened (size {self._size} bytes, "
                 f"now {total}); open it again to read the new version"
             )
-        if self._etag is not None and etag is not None and etag != self._etag:
-            raise RemoteFileChangedError(
-                f"{self._url}: the file changed since it was opened (ETag {self._etag}, now "
-                f"{etag}); open it again to read the new version"
-            )
+        for name, opened in (("ETag", self._etag), ("Last-Modified", self._last_modified)):
+            if opened is None:
+                continue
+            now = headers.get(name)
+            now = now.strip() if now is not None else None
+            if now is None:
+                raise RemoteFileChangedError(
+                    f"{self._shown}: the file was opened with {name} {opened}, but a later "
+                    f"answer carries no {name}, so its bytes cannot be tied to that version; "
+                    "open the file again (a proxy or CDN that strips validators cannot be "
+                    "read safely)"
+                )
+            if name == "ETag" and now.startswith("W/") != opened.startswith("W/"):
+                raise RemoteFileChangedError(
+                    f"{self._shown}: the file was opened with ETag {opened}, but a later answer "
+                    f"carries ETag {now}; a weak and a strong ETag do not identify the same "
+                    "bytes; open the file again"
+                )
+            if now != opened:
+                raise RemoteFileChangedError(
+                    f"{self._shown}: the file changed since it was opened ({name} {opened}, "
+                    f"now {now}); open it again to read the new version"
+                )
 
     def _check_partial(self, headers: httpx.Headers, start: int, end: int, *, first: bool) -> int:
         """Check a 206's headers against the request; returns the body length to expect."""
@@ -428,45 +612,65 @@ class HttpSource(ByteSource):
         match = _CONTENT_RANGE.match(header)
         if match is None or match.group(3) == "*":
             raise BadResponseError(
-                f"{self._url}: asked for bytes {start}-{end - 1}, got HTTP 206 with "
+                f"{self._shown}: asked for bytes {start}-{end - 1}, got HTTP 206 with "
                 f"Content-Range {header!r}, which does not give the file size"
             )
         first_byte, last_byte, total = int(match.group(1)), int(match.group(2)), int(match.group(3))
-        self._check_version(headers.get("ETag"), total)
+        if not first:
+            self._check_version(headers, total)
         expected_last = min(end, total) - 1 if first else end - 1
         if first_byte != start or last_byte != expected_last:
             raise BadResponseError(
-                f"{self._url}: asked for bytes {start}-{end - 1}, got Content-Range {header!r} "
+                f"{self._shown}: asked for bytes {start}-{end - 1}, got Content-Range {header!r} "
                 f"(expected bytes {start}-{expected_last}/{total})"
             )
         if first:
             self._size = total
-            self._etag = headers.get("ETag")
+            self._remember_validators(headers)
         return last_byte - first_byte + 1
 
     async def _read_partial(
-        self, response: httpx.Response, start: int, end: int, buffer: memoryview, *, first: bool
+        self,
+        response: httpx.Response,
+        start: int,
+        end: int,
+        buffer: memoryview,
+        *,
+        first: bool,
+        meter: Meter,
     ) -> int:
         length = self._check_partial(response.headers, start, end, first=first)
-        return await self._read_body(response, buffer[:length], start)
+        return await self._read_body(response, buffer[:length], start, meter)
 
-    async def _read_body(self, response: httpx.Response, target: memoryview, start: int) -> int:
+    async def _read_body(
+        self, response: httpx.Response, target: memoryview, start: int, meter: Meter | None = None
+    ) -> int:
         """Stream exactly ``len(target)`` body bytes into ``target``."""
         length = len(target)
         received = 0
+        listener = bytes_listener()
         try:
             async for chunk in response.aiter_raw():
                 size = len(chunk)
                 if received + size > length:
                     raise BadResponseError(
-                        f"{self._url}: the body for bytes {start}-{start + length - 1} is longer "
+                        f"{self._shown}: the body for bytes {start}-{start + length - 1} is longer "
                         f"than the {length} bytes that Content-Range announced"
                     )
                 target[received : received + size] = chunk
                 received += size
+                if meter is not None:
+                    meter.bytes += size
+                activity()
+                if listener is not None:
+                    listener(size)
         except (httpx.TransportError, httpx.TimeoutException) as exc:
+            stalled = isinstance(exc, httpx.TimeoutException)
             raise _Truncated(
-                received, f"body cut after {received} of {length} bytes ({type(exc).__name__})"
+                received,
+                f"body {'stalled' if stalled else 'cut'} after {received} of {length} bytes "
+                f"({type(exc).__name__})",
+                timed_out=stalled,
             ) from None
         if received != length:
             raise _Truncated(received, f"body cut after {received} of {length} bytes")
@@ -478,6 +682,11 @@ class HttpSource(ByteSource):
         """A 200 to a ranged GET: the server ignored Range. Never read a large body."""
         self._check_identity(response.headers)
         declared = response.headers.get("Content-Length")
+        if first and start == 0 and declared == "0":
+            # An empty file: some servers (nginx) answer 200 with no body instead of 416.
+            self._size = 0
+            self._etag = response.headers.get("ETag")
+            return 0
         limit = self._options.accept_whole_body_below_bytes
         if not (first and declared is not None and declared.isdigit() and int(declared) < limit):
             # Leaving the stream unread closes the connection: nothing more is downloaded.
@@ -485,7 +694,7 @@ class HttpSource(ByteSource):
         body = bytearray(int(declared))
         got = await self._read_body(response, memoryview(body), 0)
         self._size = got
-        self._etag = response.headers.get("ETag")
+        self._remember_validators(response.headers)
         self._whole_body = bytes(body)
         count = min(end, got) - start
         buffer[:count] = self._whole_body[start : start + count]
@@ -493,10 +702,11 @@ class HttpSource(ByteSource):
 
     def _range_ignored(self, declared: str | None, start: int, end: int) -> Exception:
         return RangeNotSupportedError(
-            f"{self._url}: the server ignored the Range header (HTTP 200 with the whole file"
+            f"{self._shown}: the server ignored the Range header (HTTP 200 with the whole file"
             f"{', ' + declared + ' bytes' if declared else ''}) when asked for bytes "
             f"{start}-{end - 1}; it cannot serve partial reads. Use a server or URL that "
-            "supports byte ranges, or set accept_whole_body_below_bytes for small files"
+            "supports byte ranges, or for small files opt in to whole bodies (HttpOptions("
+            "accept_whole_body_below_bytes=...), on the command line --accept-whole-body-below)"
         )
 
 
@@ -520,12 +730,13 @@ def _proxy_configured() -> bool:
 
 
 class _Truncated(Exception):
-    """A body ended early; ``received`` bytes were written before the cut."""
+    """A body ended early; ``received`` bytes were written before the cut (or the stall)."""
 
-    def __init__(self, received: int, reason: str) -> None:
+    def __init__(self, received: int, reason: str, *, timed_out: bool = False) -> None:
         super().__init__(reason)
         self.received = received
         self.reason = reason
+        self.timed_out = timed_out
 
 
 def _retry_after(
@@ -536,17 +747,49 @@ def _retry_after(
     if value is None:
         return None
     value = value.strip()
-    if value.isdigit():
+    # Only ASCII digits: str.isdigit() also accepts "²", which float() refuses. A malformed
+    # value is ignored (RFC 9110 lets a recipient do so) and the usual backoff applies.
+    if _DELAY_SECONDS.fullmatch(value):
         seconds = float(value)
     else:
         try:
             when = email.utils.parsedate_to_datetime(value)
-        except (TypeError, ValueError):
+            seconds = max(0.0, when.timestamp() - time.time())
+        except (TypeError, ValueError, OverflowError, IndexError):
             return None
-        seconds = max(0.0, when.timestamp() - time.time())
     if seconds > options.max_retry_after_seconds:
         raise TransportError(
-            f"{url}: HTTP {status}, and the server asks to retry after {seconds:.0f} s, more "
+            f"{redact_url(url)}: HTTP {status}, and the server asks to retry after "
+            f"{seconds:.0f} s, more "
             f"than max_retry_after_seconds={options.max_retry_after_seconds}"
         )
     return seconds
+
+
+def _split_userinfo(url: str) -> tuple[str, str | None]:
+    """``url`` without ``user:password@``, and that userinfo as a Basic ``Authorization`` value.
+
+    The credentials go to the URL's own origin only (see ``HttpSource._headers``), never to a
+    redirect target, and never appear in messages.
+    """
+    parts = urlsplit(url)
+    user, at, host = parts.netloc.rpartition("@")
+    if not at:
+        return url, None
+    name, _, password = user.partition(":")
+    token = base64.b64encode(f"{unquote(name)}:{unquote(password)}".encode()).decode("ascii")
+    return urlunsplit((parts.scheme, host, parts.path, parts.query, parts.fragment)), (
+        f"Basic {token}"
+    )
+
+
+def _malformed(exc: BaseException) -> bool:
+    """Whether httpx's protocol error came from h11 refusing the bytes (not a disconnect)."""
+    seen: BaseException | None = exc
+    for _ in range(5):
+        if seen is None:
+            return False
+        if isinstance(seen, h11.RemoteProtocolError):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False

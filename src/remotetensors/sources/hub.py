@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 from urllib.parse import quote, unquote
 
+from ..errors import LocationError, NotFoundError, PermissionDeniedError
 from .base import Prefix
 from .http import HttpOptions, HttpSource
 from .recipe import SourceRecipe
@@ -28,6 +29,14 @@ if TYPE_CHECKING:
     import httpx
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
+_FILE_SUFFIXES = (".safetensors", ".bt", ".json")
+
+
+def is_hub_location(location: str) -> bool:
+    """Whether ``location`` is an ``hf://`` URL (the scheme in any case, as URL schemes are)."""
+    return location[:5].lower() == "hf://"
+
+
 _TYPE_PREFIXES = {"datasets": "datasets/", "spaces": "spaces/", "models": ""}
 
 
@@ -52,22 +61,32 @@ class HubPath:
         """Parse ``hf://...``.
 
         Raises:
-            ValueError: not an ``hf://`` location, or no ``org/name`` in it.
+            LocationError (a ValueError): not an ``hf://`` location, no repo name in it, or an
+                empty revision after ``@``.
         """
-        if not location.startswith("hf://"):
-            raise ValueError(f"{location}: not an hf:// location")
-        parts = [p for p in location[len("hf://") :].split("/") if p]
+        if not is_hub_location(location):
+            raise LocationError(f"{location}: not an hf:// location")
+        parts = [p for p in location[5:].split("/") if p]
         repo_type = "models"
         if parts and parts[0] in _TYPE_PREFIXES:
             repo_type = parts.pop(0)
-        if len(parts) < 2:
-            raise ValueError(f"{location}: expected hf://[datasets/|spaces/]org/name[@rev][/path]")
-        org, name = parts[0], parts[1]
+        if not parts:
+            raise LocationError(
+                f"{location}: expected hf://[datasets/|spaces/]org/name[@rev][/path]"
+            )
+        # Legacy repos have one-word names (``gpt2``, ``bert-base-uncased``) and the hub still
+        # serves them: a lone name, or one followed by a file name, is such a repo.
+        legacy = len(parts) == 1 or parts[1].endswith(_FILE_SUFFIXES)
+        repo_parts, rest = (parts[:1], parts[1:]) if legacy else (parts[:2], parts[2:])
         revision = None
-        if "@" in name:
-            name, revision = name.split("@", 1)
+        if "@" in repo_parts[-1]:
+            repo_parts[-1], revision = repo_parts[-1].split("@", 1)
             revision = unquote(revision)
-        return cls(repo_type, f"{org}/{name}", revision, "/".join(parts[2:]))
+            if not revision:
+                raise LocationError(
+                    f"{location}: nothing after '@'; name a branch, tag or commit, or drop the '@'"
+                )
+        return cls(repo_type, "/".join(repo_parts), revision, "/".join(rest))
 
     def child(self, name: str) -> HubPath:
         """The location of ``name`` inside this path."""
@@ -227,6 +246,41 @@ class HubSource(HttpSource):
     @property
     def location(self) -> str:
         return self._hub_location
+
+    def _status_error(
+        self, status: int, url: str, headers: httpx.Headers | None = None
+    ) -> Exception:
+        # The hub says in X-Error-Code what is missing; a user needs to know which of the repo,
+        # the revision or the file it is, and whether a token might help.
+        code = headers.get("X-Error-Code") if headers is not None else None
+        repo = self._repo.repo
+        where = f"on {self._repo.endpoint}"
+        error: NotFoundError | PermissionDeniedError
+        if code == "RepoNotFound":
+            error = NotFoundError(
+                f"{self.location}: no repo {repo.repo_id} {where} (HTTP {status} RepoNotFound); "
+                "check the name, or pass a token if it is private (--token or HF_TOKEN)"
+            )
+        elif code == "RevisionNotFound":
+            error = NotFoundError(
+                f"{self.location}: repo {repo.repo_id} has no revision {self._repo.revision!r} "
+                f"(HTTP {status} RevisionNotFound); name an existing branch, tag or commit"
+            )
+        elif code == "EntryNotFound":
+            error = NotFoundError(
+                f"{self.location}: repo {repo.repo_id} has no file {self._path!r} at revision "
+                f"{self._repo.revision!r} (HTTP {status} EntryNotFound)"
+            )
+        elif code == "GatedRepo":
+            error = PermissionDeniedError(
+                f"{self.location}: {repo.repo_id} is a gated repo (HTTP {status} GatedRepo); "
+                "accept its terms on the hub and pass a token (--token or HF_TOKEN)"
+            )
+        else:
+            return super()._status_error(status, url, headers)
+        if isinstance(error, NotFoundError):
+            error.code = code
+        return error
 
     def recipe(self) -> SourceRecipe:
         # The resolve URL at the pinned commit: a worker reads the same revision, and the

@@ -5,10 +5,29 @@ which caps a single large range at a fraction of what the network and the kernel
 an :class:`asyncio.BufferedProtocol` gives the kernel the destination buffer itself: the body
 of a 206 is received directly into the numpy array, with no intermediate copy.
 
-It speaks only what ranged GETs need: a request line and headers out; a status line, headers
-and a ``Content-Length`` body in. Anything else (chunked or compressed bodies, a status the
-caller does not accept) makes it close the connection without reading the body, and the caller
-decides what to do. Connections are kept alive and reused per host.
+It speaks only what ranged GETs need. The request is serialised, and the response head parsed,
+by h11 (the parser under httpx), so both paths accept and refuse the same heads; only the body
+bypasses it. The rules, after RFC 9112:
+
+- status line ``HTTP/1.x SP 3DIGIT SP reason``, field lines ``name: value`` with token names
+  and no control characters in values, a head of at most 64 KiB (h11 refuses the rest:
+  ``RawProtocolError``);
+- a bare LF as line terminator and obs-fold continuation lines are accepted as RFC 9112 lets a
+  recipient do (sections 2.2 and 5.2; the fold is replaced by a space), as httpx does;
+- 1xx interim answers (``100 Continue``, ``103 Early Hints``) are skipped; ``101`` is refused;
+- duplicate ``Content-Length`` fields with different values, or a ``Content-Length`` that is
+  not a number, are refused (``RawProtocolError``);
+- the body is read only from a response whose ``Content-Length`` equals the buffer length and
+  that has no ``Transfer-Encoding`` and whose status and headers the caller accepts; any other
+  answer makes the connection close without its body being read, and the caller decides;
+- bytes beyond the announced body, or bytes that arrive when no request is outstanding, make
+  the connection unusable;
+- a connection is kept for reuse only after a complete, accepted body, from an HTTP/1.1 answer
+  without a ``close`` token in ``Connection`` (HTTP/1.0 needs ``keep-alive``); after any error,
+  timeout or refused answer it is closed.
+
+The ``Host`` header is the URL's authority without userinfo, so IPv6 literals keep their
+brackets (``Host: [::1]:8080``).
 """
 
 from __future__ import annotations
@@ -20,8 +39,10 @@ from dataclasses import dataclass
 from typing import TypeVar
 from urllib.parse import urlsplit
 
+import h11
 import httpx
 
+from ..status import activity, bytes_listener
 from .tls import shared_ssl_context
 
 _MAX_HEAD_BYTES = 64 * 1024
@@ -40,6 +61,19 @@ class RawConnectionError(ConnectionError):
         super().__init__(message)
         self.received = received
         self.before_response = before_response
+
+
+class RawProtocolError(RawConnectionError):
+    """The response head broke HTTP/1.1 syntax; nothing of it was used."""
+
+
+class Meter:
+    """Counts bytes received (head and body) across the requests it is passed to."""
+
+    __slots__ = ("bytes",)
+
+    def __init__(self) -> None:
+        self.bytes = 0
 
 
 class RawTimeoutError(TimeoutError):
@@ -65,13 +99,15 @@ class _Protocol(asyncio.BufferedProtocol):
         self.transport: asyncio.Transport | None = None
         self.closed = False
         self._scratch = bytearray(_SCRATCH_BYTES)
-        self._head = bytearray()
+        self._parser: h11.Connection | None = None
+        self.meter: Meter | None = None
         self._mode = "idle"
         self._target = memoryview(bytearray())
         self._expected = 0
         self.received = 0
         self.progress = 0  # bytes seen in total, for the read-timeout watchdog
         self._accept: Accept | None = None
+        self.on_body_bytes: Callable[[int], None] | None = None
         self.head_done: asyncio.Future[tuple[int, httpx.Headers, bool]] | None = None
         self.body_done: asyncio.Future[None] | None = None
         self.keep_alive = False
@@ -80,9 +116,12 @@ class _Protocol(asyncio.BufferedProtocol):
         assert isinstance(transport, asyncio.Transport)
         self.transport = transport
 
-    def begin(self, target: memoryview, accept: Accept) -> None:
+    def begin(
+        self, parser: h11.Connection, target: memoryview, accept: Accept, meter: Meter | None
+    ) -> None:
         loop = asyncio.get_running_loop()
-        self._head.clear()
+        self._parser = parser
+        self.meter = meter
         self._mode = "head"
         self._target = target
         self._expected = len(target)
@@ -98,36 +137,50 @@ class _Protocol(asyncio.BufferedProtocol):
 
     def buffer_updated(self, nbytes: int) -> None:
         self.progress += nbytes
+        if self.meter is not None:
+            self.meter.bytes += nbytes
+        activity()  # bytes are flowing: no "waiting" status while a long part downloads
         if self._mode == "body":
             self.received += nbytes
+            if self.on_body_bytes is not None:
+                self.on_body_bytes(nbytes)
             self._finish_if_complete()
         elif self._mode == "head":
-            self._head += self._scratch[:nbytes]
+            assert self._parser is not None
+            self._parser.receive_data(bytes(self._scratch[:nbytes]))
             self._parse_head()
         else:  # bytes nobody asked for: the connection cannot be trusted any more
             self._close()
 
     def _parse_head(self) -> None:
-        end = self._head.find(b"\r\n\r\n")
-        if end < 0:
-            if len(self._head) > _MAX_HEAD_BYTES:
-                self._fail(RawConnectionError("response headers longer than 64 KiB"))
+        parser = self._parser
+        assert parser is not None
+        try:
+            while True:
+                event = parser.next_event()
+                if event is h11.NEED_DATA:
+                    return
+                if isinstance(event, h11.InformationalResponse) and event.status_code != 101:
+                    continue  # 100 Continue, 103 Early Hints: the real answer follows
+                if isinstance(event, h11.Response):
+                    break
+                raise h11.RemoteProtocolError(f"unexpected {type(event).__name__}")
+        except h11.RemoteProtocolError as exc:
+            self._fail(RawProtocolError(f"malformed response head: {exc}"))
             return
-        lines = bytes(self._head[:end]).decode("latin-1").split("\r\n")
-        parts = lines[0].split(" ", 2)
-        if len(parts) < 2 or not parts[0].startswith("HTTP/1.") or not parts[1].isdigit():
-            self._fail(RawConnectionError(f"not an HTTP/1.x status line: {lines[0][:80]!r}"))
-            return
-        status = int(parts[1])
-        fields: list[tuple[str, str]] = []
-        for line in lines[1:]:
-            name, sep, value = line.partition(":")
-            if sep:
-                fields.append((name.strip(), value.strip()))
-        headers = httpx.Headers(fields)
-        leftover = bytes(self._head[end + 4 :])
-        self._head.clear()
-        self.keep_alive = headers.get("Connection", "").lower() != "close"
+        status = event.status_code
+        headers = httpx.Headers([(bytes(k), bytes(v)) for k, v in event.headers])
+        leftover = parser.trailing_data[0]
+        self._parser = None
+        tokens = {
+            token.strip().lower()
+            for value in headers.get_list("Connection")
+            for token in value.split(",")
+        }
+        if event.http_version == b"1.1":
+            self.keep_alive = "close" not in tokens
+        else:
+            self.keep_alive = "keep-alive" in tokens and "close" not in tokens
         length = headers.get("Content-Length", "")
         assert self._accept is not None
         usable = (
@@ -145,7 +198,7 @@ class _Protocol(asyncio.BufferedProtocol):
             self._close()
             return
         if len(leftover) > self._expected:
-            self._fail(RawConnectionError("the body is longer than its Content-Length"))
+            self._fail(RawProtocolError("the body is longer than its Content-Length"))
             return
         self._target[: len(leftover)] = leftover
         self.received = len(leftover)
@@ -174,6 +227,14 @@ class _Protocol(asyncio.BufferedProtocol):
                 body.set_exception(error)
             else:
                 body.cancel()
+        self._close()
+
+    def abandon(self) -> None:
+        """Nobody waits any more (a timeout, a cancellation): close without leaving a future
+        holding an exception that no one will retrieve."""
+        for future in (self.head_done, self.body_done):
+            if future is not None and not future.done():
+                future.cancel()
         self._close()
 
     def _close(self) -> None:
@@ -218,15 +279,23 @@ class RawRangeClient:
         self._idle: dict[tuple[str, str, int], list[_Protocol]] = {}
 
     async def get_into(
-        self, url: str, headers: dict[str, str], target: memoryview, accept: Accept
+        self,
+        url: str,
+        headers: dict[str, str],
+        target: memoryview,
+        accept: Accept,
+        meter: Meter | None = None,
     ) -> RawResponse:
         """GET ``url``; if ``accept`` approves the answer, its body goes into ``target``.
 
         The body is read only when it has exactly ``len(target)`` bytes, no transfer coding,
         and ``accept(status, headers)`` is true; otherwise the connection is closed unread.
 
+        ``meter``, when given, counts every byte received for this request.
+
         Raises:
             RawConnectionError, RawTimeoutError: with the body bytes received so far.
+            RawProtocolError: the answer broke HTTP/1.1 (see the module docstring).
         """
         parts = urlsplit(url)
         scheme = parts.scheme.lower()
@@ -234,16 +303,22 @@ class RawRangeClient:
         port = parts.port or (443 if scheme == "https" else 80)
         key = (scheme, host, port)
         path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-        host_header = host if parts.port is None else f"{host}:{port}"
-        lines = [f"GET {path} HTTP/1.1", f"Host: {host_header}"]
-        lines += [f"{name}: {value}" for name, value in headers.items()]
-        request = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+        # The authority as written, minus userinfo: IPv6 literals keep their brackets.
+        authority = parts.netloc.rpartition("@")[2]
+        fields = [("Host", authority), *headers.items()]
         # A pooled connection the server already closed fails before any response: retry once
         # on a fresh connection, as every HTTP client does.
         for reuse in (True, False):
             protocol = await self._connection(key, reuse=reuse)
+            parser = h11.Connection(h11.CLIENT, max_incomplete_event_size=_MAX_HEAD_BYTES)
             try:
-                return await self._exchange(protocol, key, request, target, accept)
+                request = parser.send(h11.Request(method="GET", target=path, headers=fields))
+            except h11.LocalProtocolError as exc:
+                raise ValueError(f"cannot send this request: {exc}") from None
+            assert request is not None
+            parser.send(h11.EndOfMessage())
+            try:
+                return await self._exchange(protocol, key, parser, request, target, accept, meter)
             except RawConnectionError as exc:
                 if not (exc.before_response and protocol.progress == 0 and reuse):
                     raise
@@ -278,11 +353,15 @@ class RawRangeClient:
         self,
         protocol: _Protocol,
         key: tuple[str, str, int],
+        parser: h11.Connection,
         request: bytes,
         target: memoryview,
         accept: Accept,
+        meter: Meter | None,
     ) -> RawResponse:
-        protocol.begin(target, accept)
+        protocol.begin(parser, target, accept, meter)
+        # Protocol callbacks run outside the task: hand them the task's listener.
+        protocol.on_body_bytes = bytes_listener()
         assert protocol.transport is not None
         assert protocol.head_done is not None
         assert protocol.body_done is not None
@@ -292,7 +371,7 @@ class RawRangeClient:
             if usable:
                 await self._wait(protocol, protocol.body_done)
         except BaseException:
-            protocol._close()
+            protocol.abandon()
             raise
         if usable and protocol.keep_alive and not protocol.closed:
             idle = self._idle.setdefault(key, [])

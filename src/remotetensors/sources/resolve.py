@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import os
 import posixpath
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
 
+from .base import CountingSource, Traffic
 from .fsspec import FsspecSource
 from .http import HttpOptions, HttpSource
-from .hub import HubPath, HubRepo
+from .hub import HubPath, HubRepo, is_hub_location
 from .local import LocalSource
 
 if TYPE_CHECKING:
@@ -36,6 +37,8 @@ class Place:
     Attributes:
         kind: ``"local"``, ``"http"``, ``"hub"`` or ``"fsspec"``.
         base: the folder's location as the user gave it (no trailing slash).
+        traffic: file name -> what crossed the network for it, for every file this place
+            opened (headers, index, configs, tensors; failed probes too).
     """
 
     kind: str
@@ -45,6 +48,7 @@ class Place:
     storage_options: Mapping[str, Any] | None = None
     hub: HubRepo | None = None
     hub_path: HubPath | None = None
+    traffic: dict[str, Traffic] = field(default_factory=dict)
 
     def location(self, name: str) -> str:
         """The location of file ``name`` (a relative path) in this place."""
@@ -56,17 +60,20 @@ class Place:
         return f"{self.base}/{name}"
 
     def open(self, name: str) -> ByteSource:
-        """A source for file ``name`` of this place."""
+        """A source for file ``name`` of this place, its reads counted in ``traffic[name]``."""
+        source: ByteSource
         if self.kind == "hub":
             assert self.hub is not None
             assert self.hub_path is not None
-            return self.hub.source(self.hub_path.child(name).path)
-        return open_source(
-            self.location(name),
-            http_options=self.http_options,
-            client=self.client,
-            storage_options=self.storage_options,
-        )
+            source = self.hub.source(self.hub_path.child(name).path)
+        else:
+            source = open_source(
+                self.location(name),
+                http_options=self.http_options,
+                client=self.client,
+                storage_options=self.storage_options,
+            )
+        return CountingSource(source, self.traffic.setdefault(name, Traffic()))
 
     async def list_files(self) -> list[str] | None:
         """The names of the files in this place (relative paths; recursive for a hub repo), or
@@ -117,7 +124,7 @@ def split_location(
     """
     text = os.fspath(location)
     scheme = urlsplit(text).scheme.lower() if "://" in text else ""
-    if text.startswith("hf://"):
+    if is_hub_location(text):
         parsed = HubPath.parse(text)
         if revision is not None:
             parsed = HubPath(parsed.repo_type, parsed.repo_id, revision, parsed.path)
@@ -159,7 +166,7 @@ def open_source(
     """The source for one file: ``http(s)://``, ``hf://``, ``file://``, a local path, or any
     other fsspec URL (``s3://``, ``gs://``, ``memory://``, ``simplecache::s3://``, ...)."""
     text = os.fspath(location)
-    if text.startswith("hf://"):
+    if is_hub_location(text):
         place, name = split_location(
             text, revision=revision, token=token, http_options=http_options, client=client
         )

@@ -1,0 +1,187 @@
+"""Raw-socket loopback HTTP servers that misbehave byte for byte, for the hostile-network tests.
+
+A :class:`RawServer` accepts connections on a free loopback port (IPv4 or IPv6), reads each
+request head, records it, and lets a handler write whatever bytes it likes: interim 1xx
+answers, bare-LF or folded headers, a body cut after a few bytes, a trickle, a redirect loop.
+Each connection runs on a thread of its own; :meth:`RawServer.stop` closes every socket.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import socket
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+Reply = bytes | Callable[[socket.socket], bool]
+"""What a handler returns: bytes to send on a kept-alive connection, or a function that writes
+the answer itself and returns whether the connection stays open."""
+
+
+@dataclass
+class Request:
+    """One request head as the server read it (header names lower-cased)."""
+
+    method: str
+    target: str
+    headers: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def range(self) -> tuple[int, int] | None:
+        """(start, end exclusive) of a ``Range: bytes=a-b`` request."""
+        match = re.fullmatch(r"bytes=(\d+)-(\d+)", self.headers.get("range", ""))
+        if match is None:
+            return None
+        return int(match.group(1)), int(match.group(2)) + 1
+
+
+Handler = Callable[[Request, int], Reply]
+"""Called with the request and its number (0-based, over the server's lifetime)."""
+
+
+class RawServer:
+    """A loopback server whose answers are written by ``handler``; counts its requests."""
+
+    def __init__(self, handler: Handler, *, host: str = "127.0.0.1") -> None:
+        self.handler = handler
+        self.requests: list[Request] = []
+        self.connections = 0
+        self._lock = threading.Lock()
+        self.stopping = threading.Event()
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        self._listener = socket.socket(family, socket.SOCK_STREAM)
+        self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._listener.bind((host, 0))
+        self._listener.listen(64)
+        self._listener.settimeout(0.1)
+        self.port = self._listener.getsockname()[1]
+        authority = f"[{host}]" if family == socket.AF_INET6 else host
+        self.url = f"http://{authority}:{self.port}"
+        self._connections: list[socket.socket] = []
+        self._threads: list[threading.Thread] = []
+        accept = threading.Thread(target=self._accept, daemon=True)
+        accept.start()
+        self._threads.append(accept)
+
+    def _accept(self) -> None:
+        while not self.stopping.is_set():
+            try:
+                conn, _ = self._listener.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            conn.settimeout(10)
+            with self._lock:
+                self._connections.append(conn)
+                self.connections += 1
+            thread = threading.Thread(target=self._serve, args=(conn,), daemon=True)
+            thread.start()
+            with self._lock:
+                self._threads.append(thread)
+
+    def _serve(self, conn: socket.socket) -> None:
+        buffered = b""
+        try:
+            while not self.stopping.is_set():
+                while b"\r\n\r\n" not in buffered:
+                    chunk = conn.recv(65536)
+                    if not chunk:
+                        return
+                    buffered += chunk
+                head, _, buffered = buffered.partition(b"\r\n\r\n")
+                lines = head.decode("latin-1").split("\r\n")
+                method, target, _ = lines[0].split(" ", 2)
+                headers = {}
+                for line in lines[1:]:
+                    name, _, value = line.partition(":")
+                    headers[name.strip().lower()] = value.strip()
+                request = Request(method, target, headers)
+                with self._lock:
+                    number = len(self.requests)
+                    self.requests.append(request)
+                reply = self.handler(request, number)
+                if isinstance(reply, bytes):
+                    conn.sendall(reply)
+                elif not reply(conn):
+                    return
+        except OSError:
+            return
+        finally:
+            conn.close()
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self._listener.close()
+        with self._lock:
+            connections = list(self._connections)
+            threads = list(self._threads)
+        for conn in connections:
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
+            conn.close()
+        for thread in threads:
+            thread.join(5)
+
+
+def head(
+    status: str, fields: Iterable[tuple[str, str]], *, eol: bytes = b"\r\n", raw: bytes = b""
+) -> bytes:
+    """A response head: ``HTTP/1.1 {status}``, the fields, ``raw`` extra lines, a blank line."""
+    lines = [f"HTTP/1.1 {status}".encode()]
+    lines += [f"{name}: {value}".encode("latin-1") for name, value in fields]
+    return eol.join(lines) + eol + raw + eol
+
+
+def partial(
+    data: bytes,
+    request: Request,
+    *,
+    fields: Iterable[tuple[str, str]] = (),
+    eol: bytes = b"\r\n",
+    raw: bytes = b"",
+) -> tuple[bytes, bytes]:
+    """The head and body of a correct 206 for ``request``'s range of ``data``."""
+    asked = request.range
+    assert asked is not None, request
+    start, end = asked[0], min(asked[1], len(data))
+    body = data[start:end]
+    answer = head(
+        "206 Partial Content",
+        [
+            ("Content-Range", f"bytes {start}-{end - 1}/{len(data)}"),
+            ("Content-Length", str(len(body))),
+            *fields,
+        ],
+        eol=eol,
+        raw=raw,
+    )
+    return answer, body
+
+
+def cut_after(answer: bytes, body: bytes, count: int) -> Callable[[socket.socket], bool]:
+    """Send the head and the first ``count`` body bytes, then close the connection."""
+
+    def write(conn: socket.socket) -> bool:
+        conn.sendall(answer + body[:count])
+        return False
+
+    return write
+
+
+def trickle(
+    answer: bytes, body: bytes, *, every_seconds: float, piece: int = 1, stop: threading.Event
+) -> Callable[[socket.socket], bool]:
+    """Send the head, then ``piece`` body bytes every ``every_seconds`` until done or stopped."""
+
+    def write(conn: socket.socket) -> bool:
+        conn.sendall(answer)
+        for offset in range(0, len(body), piece):
+            if stop.wait(every_seconds):
+                return False
+            conn.sendall(body[offset : offset + piece])
+        return True
+
+    return write
