@@ -243,7 +243,7 @@ def test_scan_results_errors_and_pickling(hub_env: HubStandIn) -> None:
         "hf://org/gated": "PermissionDeniedError",
         "hf://org/empty": "NotFoundError",
         "hf://org/malformed": "HeaderError",
-        "hf://x": "ValueError",
+        "hf://x": "NotFoundError",  # no org/name: named as such
     }
     assert all(r.error and r.summary is None for r in results if not r.ok)
     for result in results:
