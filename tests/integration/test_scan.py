@@ -370,3 +370,15 @@ def test_cli_scan_table_json_lines_from_file_and_exit_status(
     # One location keeps the single-model output.
     assert main(["params", good[0], "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["by_dtype"] == {"I8": 2}
+
+
+def test_lazy_shards_serve_dask_after_their_length_is_read(hub_env: HubStandIn) -> None:
+    pytest.importorskip("dask")
+    files, tensors = sharded(shards=2)
+    hub_env.add("org/a", files)
+    hub_env.add("org/b", files)
+    rt.open_model("hf://org/a", options=NO_CONFIGS).close()  # learn the endpoint
+    with rt.open_model("hf://org/b", options=NO_CONFIGS) as model:
+        name = "model.layers.2.mlp.weight"
+        array = model.to_dask(name).compute()
+        assert array.tobytes() == tensors[name].tobytes()
