@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import numpy.typing as npt
+
+if TYPE_CHECKING:
+    import numpy.typing as npt  # numpy.typing costs ~10 ms to import; annotations only
 
 from .dtypes import DType, unpack
 from .ranges import ByteRange

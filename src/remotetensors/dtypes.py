@@ -17,11 +17,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import ml_dtypes
 import numpy as np
-import numpy.typing as npt
+
+if TYPE_CHECKING:
+    import numpy.typing as npt  # numpy.typing costs ~10 ms to import; annotations only
 
 from .errors import UnsupportedDtypeError
 
@@ -33,12 +34,24 @@ class DType:
     Attributes:
         name: the name in the header (``"BF16"``), case-sensitive.
         bits: bits per element in the file (4 for F4, 6 for F6_*).
-        numpy: the numpy dtype of one decoded element (one byte per element for F4 and F6).
+        spec: the numpy dtype string (``"<f4"``), or ``"ml_dtypes.NAME"`` for an ml_dtypes type.
     """
 
     name: str
     bits: int
-    numpy: np.dtype[Any]
+    spec: str
+
+    @property
+    def numpy(self) -> np.dtype[Any]:
+        """The numpy dtype of one decoded element (one byte per element for F4 and F6).
+
+        Resolved on first use: ml_dtypes takes tens of milliseconds to import, and reading
+        headers or counting parameters never needs it.
+        """
+        found = _NUMPY.get(self.spec)
+        if found is None:
+            found = _NUMPY[self.spec] = _resolve(self.spec)
+        return found
 
     @property
     def packed(self) -> bool:
@@ -50,36 +63,44 @@ class DType:
         return (num_elements * self.bits + 7) // 8
 
 
-def _dt(spec: Any) -> np.dtype[Any]:
-    result: np.dtype[Any] = np.dtype(spec)
+_NUMPY: dict[str, np.dtype[Any]] = {}
+
+
+def _resolve(spec: str) -> np.dtype[Any]:
+    if spec.startswith("ml_dtypes."):
+        import ml_dtypes
+
+        result: np.dtype[Any] = np.dtype(getattr(ml_dtypes, spec.removeprefix("ml_dtypes.")))
+    else:
+        result = np.dtype(spec)
     return result
 
 
 # In the reference's order (the order of its error message, and reversed, its writer's order).
 _TABLE = (
-    DType("BOOL", 8, _dt(np.bool_)),
-    DType("F4", 4, _dt(ml_dtypes.float4_e2m1fn)),
-    DType("F6_E2M3", 6, _dt(ml_dtypes.float6_e2m3fn)),
-    DType("F6_E3M2", 6, _dt(ml_dtypes.float6_e3m2fn)),
-    DType("U8", 8, _dt("<u1")),
-    DType("I8", 8, _dt("<i1")),
-    DType("F8_E5M2", 8, _dt(ml_dtypes.float8_e5m2)),
+    DType("BOOL", 8, "?"),
+    DType("F4", 4, "ml_dtypes.float4_e2m1fn"),
+    DType("F6_E2M3", 6, "ml_dtypes.float6_e2m3fn"),
+    DType("F6_E3M2", 6, "ml_dtypes.float6_e3m2fn"),
+    DType("U8", 8, "<u1"),
+    DType("I8", 8, "<i1"),
+    DType("F8_E5M2", 8, "ml_dtypes.float8_e5m2"),
     # float8_e4m3fn, not float8_e4m3: 0x78 must read as 256, not inf.
-    DType("F8_E4M3", 8, _dt(ml_dtypes.float8_e4m3fn)),
-    DType("F8_E8M0", 8, _dt(ml_dtypes.float8_e8m0fnu)),
-    DType("F8_E4M3FNUZ", 8, _dt(ml_dtypes.float8_e4m3fnuz)),
-    DType("F8_E5M2FNUZ", 8, _dt(ml_dtypes.float8_e5m2fnuz)),
-    DType("I16", 16, _dt("<i2")),
-    DType("U16", 16, _dt("<u2")),
-    DType("F16", 16, _dt("<f2")),
-    DType("BF16", 16, _dt(ml_dtypes.bfloat16)),
-    DType("I32", 32, _dt("<i4")),
-    DType("U32", 32, _dt("<u4")),
-    DType("F32", 32, _dt("<f4")),
-    DType("C64", 64, _dt("<c8")),
-    DType("F64", 64, _dt("<f8")),
-    DType("I64", 64, _dt("<i8")),
-    DType("U64", 64, _dt("<u8")),
+    DType("F8_E4M3", 8, "ml_dtypes.float8_e4m3fn"),
+    DType("F8_E8M0", 8, "ml_dtypes.float8_e8m0fnu"),
+    DType("F8_E4M3FNUZ", 8, "ml_dtypes.float8_e4m3fnuz"),
+    DType("F8_E5M2FNUZ", 8, "ml_dtypes.float8_e5m2fnuz"),
+    DType("I16", 16, "<i2"),
+    DType("U16", 16, "<u2"),
+    DType("F16", 16, "<f2"),
+    DType("BF16", 16, "ml_dtypes.bfloat16"),
+    DType("I32", 32, "<i4"),
+    DType("U32", 32, "<u4"),
+    DType("F32", 32, "<f4"),
+    DType("C64", 64, "<c8"),
+    DType("F64", 64, "<f8"),
+    DType("I64", 64, "<i8"),
+    DType("U64", 64, "<u8"),
 )
 
 DTYPES: Mapping[str, DType] = MappingProxyType({d.name: d for d in _TABLE})

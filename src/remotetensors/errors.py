@@ -4,17 +4,75 @@ Every exception raised on purpose by this package derives from :class:`RemoteTen
 Each leaf also derives from the builtin exception a user would naturally catch, so code written
 against ``safetensors`` or plain Python (``except KeyError``, ``except FileNotFoundError``) keeps
 working. Messages name the location, what was expected and what was seen.
+
+Drop-in compatibility: the errors that ``safetensors.safe_open`` raises as its own
+``SafetensorError`` (a malformed header, a bad slice, a closed file, an unknown tensor, framework,
+device or backend, a dtype it cannot hand over) are, on our side, leaves of
+:class:`DropInError`. When ``safetensors`` or ``bintensors`` is installed, ``DropInError`` also
+derives from ``safetensors.SafetensorError`` and ``bintensors.BintensorError``, so code written
+for either package catches our failures in the same places without a change. The classes are
+looked up once, at import (about 1 ms each when installed, nothing when not).
 """
 
 from __future__ import annotations
 
 import difflib
 import enum
+import importlib
 from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
 
 
 class RemoteTensorsError(Exception):
     """Root of every error raised by remotetensors."""
+
+
+def _reference_error_classes() -> tuple[type[Exception], ...]:
+    """The exception classes of the installed reference readers (safetensors, bintensors)."""
+    found: list[type[Exception]] = []
+    for module_name, class_name in (
+        ("safetensors", "SafetensorError"),
+        ("bintensors", "BintensorError"),
+    ):
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError:
+            continue
+        cls = getattr(module, class_name, None)
+        if isinstance(cls, type) and issubclass(cls, Exception):
+            found.append(cls)
+    return tuple(found)
+
+
+REFERENCE_ERRORS: tuple[type[Exception], ...] = _reference_error_classes()
+"""``safetensors.SafetensorError`` and ``bintensors.BintensorError``, those that are installed."""
+
+if TYPE_CHECKING:
+    # mypy cannot follow a computed list of bases; to it, DropInError is a plain root leaf.
+    class DropInError(RemoteTensorsError):
+        """An error that ``safetensors.safe_open`` raises as its ``SafetensorError``."""
+
+else:
+    # Built with type() because a class statement cannot take a list of bases known only at
+    # import time. The reference classes are plain Exception subclasses (same C layout as
+    # ValueError, KeyError and IndexError), so they combine with the builtins below.
+    DropInError = type(
+        "DropInError",
+        (RemoteTensorsError, *REFERENCE_ERRORS),
+        {
+            "__doc__": (
+                "An error that ``safetensors.safe_open`` raises as its ``SafetensorError``; also "
+                "an instance of ``safetensors.SafetensorError`` and "
+                "``bintensors.BintensorError`` when those packages are installed."
+            ),
+            "__module__": __name__,
+        },
+    )
+
+
+def _rebuild(cls: type[Exception], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Exception:
+    """Unpickle an error whose constructor takes keyword-only arguments."""
+    return cls(*args, **kwargs)
 
 
 class HeaderErrorKind(str, enum.Enum):
@@ -45,7 +103,7 @@ class HeaderErrorKind(str, enum.Enum):
     MISALIGNED_TENSOR = "misaligned GGUF tensor offset"
 
 
-class HeaderError(RemoteTensorsError, ValueError):
+class HeaderError(DropInError, ValueError):
     """A file's header is malformed; ``kind`` says which rule failed.
 
     Attributes:
@@ -64,6 +122,11 @@ class HeaderError(RemoteTensorsError, ValueError):
         """Return the same error naming ``location``."""
         return HeaderError(self.kind, self.detail, location=location)
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Errors cross process boundaries (multiprocessing, DataLoader workers) pickled; the
+        # default rebuilds from ``args`` alone, which lacks the keyword-only location.
+        return (_rebuild, (type(self), (self.kind, self.detail), {"location": self.location}))
+
 
 class AmbiguousModelError(RemoteTensorsError, ValueError):
     """A folder or repo holds several models (GGUF files) and the location does not say which.
@@ -76,8 +139,11 @@ class AmbiguousModelError(RemoteTensorsError, ValueError):
         self.choices = choices
         super().__init__(message)
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild, (type(self), tuple(self.args), {"choices": self.choices}))
 
-class TensorNotFoundError(RemoteTensorsError, KeyError):
+
+class TensorNotFoundError(DropInError, KeyError):
     """A tensor name that the file or model does not hold."""
 
     def __init__(self, message: str, *, name: str) -> None:
@@ -88,16 +154,19 @@ class TensorNotFoundError(RemoteTensorsError, KeyError):
         # KeyError quotes its argument; keep the message readable.
         return str(self.args[0])
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild, (type(self), tuple(self.args), {"name": self.name}))
 
-class SliceError(RemoteTensorsError, IndexError):
+
+class SliceError(DropInError, IndexError):
     """An index expression that ``get_slice`` cannot apply to a tensor."""
 
 
-class UnsupportedDtypeError(RemoteTensorsError, TypeError):
+class UnsupportedDtypeError(DropInError, TypeError):
     """A dtype that cannot be turned into the requested array type."""
 
 
-class FileClosedError(RemoteTensorsError, ValueError):
+class FileClosedError(DropInError, ValueError):
     """A call on a file or model after its context was closed."""
 
 
@@ -105,8 +174,12 @@ class LocationError(RemoteTensorsError, ValueError):
     """A location that cannot be understood: a malformed ``hf://`` URL, an unknown protocol."""
 
 
-class FrameworkError(RemoteTensorsError, ValueError):
-    """An unknown ``framework=`` value, or a framework that is not installed."""
+class FrameworkError(DropInError, ValueError):
+    """An unknown ``framework=`` or ``device=`` value, or a framework that is not installed."""
+
+
+class BackendError(DropInError, ValueError):
+    """An unknown ``backend=`` value of ``safe_open`` (the reference's are "mmap" and "pread")."""
 
 
 class MissingDependencyError(RemoteTensorsError, ImportError):

@@ -62,6 +62,15 @@ class TensorInfo:
         )
 
 
+def with_file(info: TensorInfo, file: str) -> TensorInfo:
+    """``info`` placed in ``file`` (of a sharded model).
+
+    The constructor, not ``dataclasses.replace``: replace costs about 5 us a call, which a model
+    of 100k tensors pays 100k times.
+    """
+    return TensorInfo(info.name, info.dtype, info.shape, info.start, info.end, file)
+
+
 def parameter_count(tensors: Iterable[TensorInfo]) -> dict[str, int]:
     """Elements summed per dtype name, the rule the Hugging Face Hub uses for its counts.
 

@@ -37,7 +37,7 @@ from .formats.gguf import split_names
 from .formats.index_json import ShardIndex, parse_index
 from .gguf_reading import find_gguf, join_parts, open_parts
 from .hub_onecall import LazyTensorFile
-from .index import FileIndex, ModelIndex, TensorInfo
+from .index import FileIndex, ModelIndex, TensorInfo, with_file
 from .memory import MemoryEstimate, estimate_memory
 from .opening import Opening
 from .options import DEFAULT_CHUNK_BYTES, ReadOptions
@@ -498,7 +498,7 @@ async def _no_configs() -> ConfigFiles:
 
 
 def _single(location: str, name: str, file: AsyncTensorFile) -> AsyncModel:
-    tensors = {n: replace(info, file=name) for n, info in file.index.tensors.items()}
+    tensors = {n: with_file(info, name) for n, info in file.index.tensors.items()}
     index = ModelIndex({name: file.index}, tensors, file.index.metadata)
     return AsyncModel(location, {name: file}, index)
 
@@ -649,7 +649,7 @@ async def _open_sharded(
                 "tensor",
                 location=redact_url(place.location(INDEX_FILE)),
             )
-        tensors[tensor] = replace(info, file=file)
+        tensors[tensor] = with_file(info, file)
     unmapped = tuple(
         sorted(
             name

@@ -8,7 +8,7 @@ import numpy as np
 
 from .assemble import OutputArray
 from .errors import FileClosedError, TensorNotFoundError, did_you_mean
-from .fetch import Target, fetch_into
+from .fetch import Target, fetch_into, fetch_into_blocking
 from .formats import parse_any_header
 from .formats.gguf import looks_like_gguf
 from .formats.safetensors import PREFIX_BYTES, header_length
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     import numpy.typing as npt
 
     from .index import FileIndex, TensorInfo
-    from .sources.base import ByteSource
+    from .sources.base import BlockingSource, ByteSource
 
 
 async def read_index(source: ByteSource, options: ReadOptions) -> tuple[FileIndex, bytes]:
@@ -53,6 +53,21 @@ async def read_index(source: ByteSource, options: ReadOptions) -> tuple[FileInde
     if len(data) < needed:
         # Only the missing tail of the header, not the whole header again.
         data += await source.read(len(data), needed)
+    header = data[PREFIX_BYTES:needed]
+    index = parse_any_header(header, file_size=prefix.size, location=source.location)
+    return index, data
+
+
+def read_index_now(source: BlockingSource, options: ReadOptions) -> tuple[FileIndex, bytes]:
+    """:func:`read_index` in the calling thread, for a source with a blocking twin."""
+    prefix = source.open_prefix_now(options.header_window_bytes)
+    data = prefix.data
+    n = header_length(data, file_size=prefix.size, location=source.location)
+    needed = PREFIX_BYTES + n
+    if len(data) < needed:
+        rest = bytearray(needed - len(data))
+        source.read_into_now(len(data), memoryview(rest))
+        data += rest
     header = data[PREFIX_BYTES:needed]
     index = parse_any_header(header, file_size=prefix.size, location=source.location)
     return index, data
@@ -100,6 +115,23 @@ class AsyncTensorFile:
             from .gguf_reading import AsyncGGUFFile
 
             return AsyncGGUFFile(source, index, prefix, options=options, framework=framework)
+        return cls(source, index, prefix, options=options, framework=framework)
+
+    @classmethod
+    def open_now(
+        cls, source: ByteSource, *, options: ReadOptions | None = None, framework: str = "numpy"
+    ) -> AsyncTensorFile | None:
+        """:meth:`open` in the calling thread when ``source`` has a blocking twin; else None."""
+        blocking = source.blocking()
+        if blocking is None:
+            return None
+        options = options or ReadOptions()
+        check_framework(framework)
+        try:
+            index, prefix = read_index_now(blocking, options)
+        except BaseException:
+            blocking.close_now()
+            raise
         return cls(source, index, prefix, options=options, framework=framework)
 
     # --- what the header says ----------------------------------------------------------------
@@ -180,6 +212,58 @@ class AsyncTensorFile:
             for info, out in zip(infos, outputs, strict=True)
         }
 
+    def get_tensor_now(self, name: str) -> Any | None:
+        """:meth:`get_tensor` in the calling thread, when that is cheaper (see below); else None.
+
+        The per-tensor path of code written for safetensors (``f.get_tensor(k)`` in a loop):
+        one lookup, one allocation, one ``preadv``, nothing planned.
+        """
+        blocking = self._source.blocking()
+        if blocking is None:
+            return None
+        info = self.info(name)
+        if info.end - info.start > self._options.part_size_bytes:
+            return None
+        out = OutputArray(info.dtype_info, info.shape)
+        if info.start < len(self._prefix):
+            target = Target(ByteRange(info.start, info.end), out.buffer)
+            fetch_into_blocking(
+                blocking.read_into_now, [target], options=self._options, cached_prefix=self._prefix
+            )
+        elif info.end > info.start:
+            blocking.read_into_now(info.start, out.buffer)
+        return convert(out.result(), info.dtype, self._framework)
+
+    def get_tensors_now(self, names: Iterable[str] | None = None) -> dict[str, Any] | None:
+        """:meth:`get_tensors` in the calling thread, when that is the cheaper way; else None.
+
+        It is when the source reads without an event loop (a local file) and the tensors are
+        small (at most ``part_size_bytes`` in all): a ``preadv`` of a few kilobytes takes
+        microseconds, a round trip to the IO thread tens. Larger reads return None and go the
+        async way, which spreads them over worker threads. The sync facade uses this; it is
+        not a second bridge, as nothing here waits on a loop: it is a plain blocking read.
+        """
+        blocking = self._source.blocking()
+        if blocking is None:
+            return None
+        wanted = list(self.offset_keys() if names is None else dict.fromkeys(names))
+        infos = [self.info(name) for name in wanted]
+        if sum(info.end - info.start for info in infos) > self._options.part_size_bytes:
+            return None
+        outputs = [OutputArray(info.dtype_info, info.shape) for info in infos]
+        targets = [
+            Target(ByteRange(info.start, info.end), out.buffer)
+            for info, out in zip(infos, outputs, strict=True)
+        ]
+        self._check_open()
+        fetch_into_blocking(
+            blocking.read_into_now, targets, options=self._options, cached_prefix=self._prefix
+        )
+        return {
+            info.name: convert(out.result(), info.dtype, self._framework)
+            for info, out in zip(infos, outputs, strict=True)
+        }
+
     async def get_tensor_bytes(self, name: str) -> npt.NDArray[np.uint8]:
         """Fetch a tensor's bytes as stored in the file (1-D uint8; packed for F4 and F6)."""
         info = self.info(name)
@@ -225,6 +309,15 @@ class AsyncTensorFile:
     def _check_open(self) -> None:
         if self._closed:
             raise FileClosedError(f"File is closed ({self.location})")
+
+    def close_now(self) -> bool:
+        """:meth:`aclose` in the calling thread if the source allows; whether it did."""
+        blocking = self._source.blocking()
+        if blocking is None:
+            return False
+        self._closed = True
+        blocking.close_now()
+        return True
 
     async def aclose(self) -> None:
         """Release the source's connections; later calls raise FileClosedError."""

@@ -15,11 +15,12 @@ import os
 import threading
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
+from .frameworks import check_backend, check_device
 from .model import AsyncModel, load_model
 from .opening import Opening
 from .options import DEFAULT_CHUNK_BYTES, ReadOptions
 from .reader import AsyncTensorFile
-from .sources.resolve import open_source
+from .sources.resolve import open_local_source, open_source
 
 if TYPE_CHECKING:
     from collections.abc import Coroutine, Iterable, Mapping
@@ -150,6 +151,9 @@ class safe_open:  # safetensors' name for it, so that one import changes
             ``file://`` URL or a local path.
         framework: ``"numpy"`` (or ``"np"``) or ``"pt"`` (torch tensors; needs torch).
         device: accepted for compatibility; only ``"cpu"``.
+        backend: ``"mmap"`` (the default) or ``"pread"``, the reference's values, accepted so
+            that code passing them runs unchanged; both read the same way here (positioned reads
+            or byte ranges straight into fresh arrays, never a memory map).
         storage_options: for fsspec URLs, passed to fsspec untouched.
         token, revision: for ``hf://`` URLs.
         options: header window, coalescing gap, part size and concurrency.
@@ -157,7 +161,10 @@ class safe_open:  # safetensors' name for it, so that one import changes
 
     Raises:
         NotFoundError, PermissionDeniedError, HeaderError, TransportError, …: all subclasses of
-        RemoteTensorsError.
+        RemoteTensorsError. Those the reference raises as ``SafetensorError`` (header, slice,
+        closed file, unknown tensor/framework/device/backend) derive from DropInError, which is
+        also a ``safetensors.SafetensorError`` and ``bintensors.BintensorError`` when installed.
+        TypeError: ``backend`` is not a string.
     """
 
     def __init__(
@@ -171,9 +178,18 @@ class safe_open:  # safetensors' name for it, so that one import changes
         storage_options: Mapping[str, Any] | None = None,
         token: str | bool | None = None,
         revision: str | None = None,
+        backend: str = "mmap",
     ) -> None:
-        if device != "cpu":
-            raise ValueError(f"only device='cpu' is supported, got {device!r}")
+        check_backend(backend)
+        check_device(device, framework)
+        # A local file is opened right here: an open, a pread and a parse, no event loop
+        # needed. Not a second bridge: nothing waits on a loop; it is a plain blocking call.
+        local = open_local_source(location)
+        if local is not None:
+            opened = AsyncTensorFile.open_now(local, options=options, framework=framework)
+            if opened is not None:
+                self._file = opened
+                return
         self._file = run_sync(
             open_file_async(
                 location,
@@ -210,10 +226,19 @@ class safe_open:  # safetensors' name for it, so that one import changes
 
     def get_tensor(self, name: str) -> Any:
         """Fetch one tensor (only its bytes cross the network)."""
+        # Small local reads are done right here (see AsyncTensorFile.get_tensors_now).
+        got = self._file.get_tensor_now(name)
+        if got is not None:
+            return got
         return run_sync(self._file.get_tensor(name))
 
     def get_tensors(self, names: Iterable[str] | None = None) -> dict[str, Any]:
         """Fetch several tensors in one coalesced, concurrent plan; all of them when None."""
+        if names is not None:
+            names = list(names)  # iterated twice when the local path steps aside
+        got = self._file.get_tensors_now(names)
+        if got is not None:
+            return got
         return run_sync(self._file.get_tensors(names))
 
     def get_tensor_bytes(self, name: str) -> npt.NDArray[np.uint8]:
@@ -230,7 +255,8 @@ class safe_open:  # safetensors' name for it, so that one import changes
 
     def close(self) -> None:
         """Release connections; later calls raise FileClosedError ("File is closed")."""
-        run_sync(self._file.aclose())
+        if not self._file.close_now():
+            run_sync(self._file.aclose())
 
     def __enter__(self) -> safe_open:
         return self

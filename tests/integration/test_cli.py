@@ -98,7 +98,7 @@ def test_get_writes_npy_and_safetensors(
 @pytest.mark.parametrize(
     ("case", "message"),
     [
-        ("missing file", "no such file"),
+        ("missing file", "No such file or directory"),
         ("404", "not found"),
         ("not safetensors", "not a safetensors file"),
         ("unknown tensor", "does not contain tensor"),

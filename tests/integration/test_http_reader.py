@@ -520,7 +520,7 @@ def test_framework_pt_or_a_clear_error(
         assert w.dtype == torch.bfloat16
         assert w.view(torch.int16).numpy().tobytes() == tensors["layers.0.w"].tobytes()
         assert f.get_tensor("embed").dtype == torch.float32
-    with pytest.raises(rt.FrameworkError, match="unknown framework"):
+    with pytest.raises(rt.FrameworkError, match="framework jax is invalid"):
         rt.safe_open(url, framework="jax")
 
 

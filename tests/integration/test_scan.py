@@ -380,5 +380,5 @@ def test_lazy_shards_serve_dask_after_their_length_is_read(hub_env: HubStandIn) 
     rt.open_model("hf://org/a", options=NO_CONFIGS).close()  # learn the endpoint
     with rt.open_model("hf://org/b", options=NO_CONFIGS) as model:
         name = "model.layers.2.mlp.weight"
-        array = model.to_dask([name])[name].compute()
+        array = model.to_dask([name])[name].compute()  # type: ignore[no-untyped-call]
         assert array.tobytes() == tensors[name].tobytes()

@@ -60,7 +60,9 @@ PUBLIC_NAMES = {
     "scan",
     "scan_async",
     "DTYPES",
+    "BackendError",
     "BadResponseError",
+    "DropInError",
     "ByteRange",
     "DType",
     "FileClosedError",
@@ -117,3 +119,38 @@ def test_public_names_are_pinned() -> None:
     assert len(remotetensors.__all__) == len(PUBLIC_NAMES)
     for name in remotetensors.__all__:
         assert hasattr(remotetensors, name)
+
+
+def test_drop_in_errors_are_the_reference_errors_when_installed() -> None:
+    import bintensors
+    import safetensors
+
+    for leaf in (
+        errors_module.HeaderError,
+        errors_module.SliceError,
+        errors_module.FileClosedError,
+        errors_module.TensorNotFoundError,
+        errors_module.FrameworkError,
+        errors_module.BackendError,
+        errors_module.UnsupportedDtypeError,
+    ):
+        assert issubclass(leaf, errors_module.DropInError)
+        assert issubclass(leaf, safetensors.SafetensorError)
+        assert issubclass(leaf, bintensors.BintensorError)
+    assert not issubclass(errors_module.NotFoundError, safetensors.SafetensorError)
+
+
+def test_drop_in_errors_work_without_the_reference_packages() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; sys.modules['safetensors'] = None; sys.modules['bintensors'] = None\n"
+        "import remotetensors.errors as e\n"
+        "assert e.REFERENCE_ERRORS == (), e.REFERENCE_ERRORS\n"
+        "assert e.DropInError.__bases__ == (e.RemoteTensorsError,)\n"
+        "assert issubclass(e.SliceError, IndexError)\n"
+        "raise SystemExit(str(e.SliceError('x')) == 'x' and 7)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=60)
+    assert result.returncode == 7, result.stderr.decode()

@@ -11,8 +11,9 @@ data follows at ``8+N``. ``data_offsets`` in the header are relative to ``8+N``.
 
 from __future__ import annotations
 
+import json
+import math
 import struct
-from dataclasses import dataclass
 from typing import Any
 
 from ..dtypes import DTYPES
@@ -31,12 +32,9 @@ _U64_LIMIT = 2**64
 _ENTRY_FIELDS = ("dtype", "shape", "data_offsets")
 
 
-@dataclass(frozen=True, slots=True)
-class _Entry:
-    dtype: str
-    shape: tuple[int, ...]
-    begin: int  # relative to the data buffer
-    stop: int
+# One tensor's header entry: (dtype, shape, begin, stop), offsets relative to the data buffer.
+# A plain tuple: a header of 100k tensors builds 100k of them, and a class costs 1-2 us each.
+_Entry = tuple[str, tuple[int, ...], int, int]
 
 
 def describe_foreign(first_bytes: bytes) -> str:
@@ -118,16 +116,20 @@ def parse_header(header: bytes, *, file_size: int, location: str = "<bytes>") ->
             f"byte {exc.start} of the header is not valid UTF-8",
             location=location,
         ) from None
-    try:
-        metadata, entries = _read_json(text)
-    except strict_json.StrictJSONError as exc:
-        raise HeaderError(HeaderErrorKind.INVALID_JSON, str(exc), location=location) from None
+    fast = _read_json_fast(text)
+    if fast is not None:
+        metadata, entries = fast
+    else:
+        try:
+            metadata, entries = _read_json(text)
+        except strict_json.StrictJSONError as exc:
+            raise HeaderError(HeaderErrorKind.INVALID_JSON, str(exc), location=location) from None
     ordered = _check_offsets_and_sizes(entries, location)
     data_offset = PREFIX_BYTES + len(header)
     _check_coverage(ordered, header_length=len(header), file_size=file_size, location=location)
     tensors = {
-        name: TensorInfo(name, e.dtype, e.shape, data_offset + e.begin, data_offset + e.stop)
-        for name, e in ordered
+        name: TensorInfo(name, dtype, shape, data_offset + begin, data_offset + stop)
+        for name, (dtype, shape, begin, stop) in ordered
     }
     return FileIndex(tensors, metadata, len(header), file_size, "safetensors")
 
@@ -158,7 +160,7 @@ def parse_header_unsized(header: bytes, *, location: str = "<bytes>") -> FileInd
     except strict_json.StrictJSONError as exc:
         raise HeaderError(HeaderErrorKind.INVALID_JSON, str(exc), location=location) from None
     ordered = _check_offsets_and_sizes(entries, location)
-    data_end = ordered[-1][1].stop if ordered else 0
+    data_end = ordered[-1][1][3] if ordered else 0  # the last tensor's end
     return parse_header(header, file_size=PREFIX_BYTES + len(header) + data_end, location=location)
 
 
@@ -197,6 +199,70 @@ def parse_file(data: bytes, *, location: str = "<bytes>") -> FileIndex:
 
 
 # --- rule group 5: the JSON shape (serde's derived structs) ---------------------------------
+
+
+def _read_json_fast(text: str) -> tuple[dict[str, str] | None, dict[str, _Entry]] | None:
+    """The common case at C speed: plain ``json.loads``, then checks that prove the strict
+    dialect's special cases cannot have occurred. ``None`` means "not proven": the caller runs
+    the strict reader, which gives the verdict and the message. So this path never decides a
+    rejection, and accepts only headers the strict reader accepts with the same result.
+
+    What plain ``json`` does differently from serde_json, and why none of it survives here:
+
+    - duplicate keys are dropped silently: every key in the text is followed by a ``:`` outside
+      a string, so ``text.count(":")`` equals the parsed keys plus the colons inside parsed
+      strings exactly when no key was lost (escapes cannot produce ``:`` except ``\\u``);
+    - NaN, Infinity, floats, integers out of the u64 range, lone surrogates, deep nesting: the
+      accepted shape is fixed (objects of exactly dtype/shape/data_offsets, a string-to-string
+      ``__metadata__``), numbers appear only in shape and data_offsets and must be ints in
+      ``[0, 2**64)``, and any ``\\u`` escape sends the header to the strict reader;
+    - ``-0`` parses as the integer 0 (serde_json: the float -0.0, which a u64 rejects): a ``-``
+      outside a string can only belong to a number here, so the ``-`` count must match too.
+    """
+    if "\\u" in text:
+        return None
+    try:
+        top = json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+    if type(top) is not dict:
+        return None
+    metadata: dict[str, str] | None = None
+    strings: list[str] = list(top)
+    keys = len(top)
+    ints: list[int] = []
+    entries: dict[str, _Entry] = {}
+    for name, value in top.items():
+        if name == "__metadata__":
+            if value is None:
+                continue
+            if type(value) is not dict or set(map(type, value.values())) - {str}:
+                return None
+            metadata = value
+            keys += len(value)
+            strings += value
+            strings += value.values()
+            continue
+        if type(value) is not dict or len(value) != 3:
+            return None
+        try:
+            dtype, shape, offsets = value["dtype"], value["shape"], value["data_offsets"]
+        except KeyError:
+            return None
+        if type(dtype) is not str or dtype not in DTYPES:
+            return None
+        if type(shape) is not list or type(offsets) is not list or len(offsets) != 2:
+            return None
+        ints += shape
+        ints += offsets
+        entries[name] = (dtype, tuple(shape), offsets[0], offsets[1])
+    keys += 3 * len(entries)
+    if ints and (set(map(type, ints)) != {int} or min(ints) < 0 or max(ints) >= _U64_LIMIT):
+        return None
+    joined = "\0".join(strings)
+    if text.count(":") != keys + joined.count(":") or text.count("-") != joined.count("-"):
+        return None
+    return metadata, entries
 
 
 def _read_json(text: str) -> tuple[dict[str, str] | None, dict[str, _Entry]]:
@@ -268,7 +334,7 @@ def _read_entry(name: str, value: Any) -> _Entry:
         raise strict_json.StrictJSONError(
             f"data_offsets of tensor {name!r} must have 2 elements, got {len(offsets)}"
         )
-    return _Entry(dtype, shape, offsets[0], offsets[1])
+    return (dtype, shape, offsets[0], offsets[1])
 
 
 def _read_dtype(name: str, value: Any) -> str:
@@ -325,48 +391,53 @@ def _kind(value: Any) -> str:
 
 def _check_offsets_and_sizes(entries: dict[str, _Entry], location: str) -> list[tuple[str, _Entry]]:
     # Stable sort by (start, end), as the reference does before checking.
-    ordered = sorted(entries.items(), key=lambda item: (item[1].begin, item[1].stop))
+    ordered = sorted(entries.items(), key=lambda item: item[1][2:])
     running_end = 0
-    for name, entry in ordered:
-        if entry.begin != running_end or entry.stop < entry.begin:
+    for name, (dtype, shape, begin, stop) in ordered:
+        if begin != running_end or stop < begin:
             raise HeaderError(
                 HeaderErrorKind.INVALID_OFFSET,
-                f"tensor `{name}` has data_offsets [{entry.begin}, {entry.stop}] but the "
+                f"tensor `{name}` has data_offsets [{begin}, {stop}] but the "
                 f"previous tensor ends at {running_end}: tensors must tile the data buffer "
                 "without holes or overlaps",
                 location=location,
             )
-        count = 1
-        for dim in entry.shape:
-            count *= dim
-            if count >= _U64_LIMIT:
-                _raise_overflow(name, entry, location)
-        bits = count * DTYPES[entry.dtype].bits
+        count = math.prod(shape)
+        if count == 0 or count >= _U64_LIMIT:
+            # The reference multiplies step by step and fails on the first overflow, even
+            # when a later 0 makes the product small: redo it that way. Without a 0 and
+            # below the limit, no partial product can have overflowed.
+            count = 1
+            for dim in shape:
+                count *= dim
+                if count >= _U64_LIMIT:
+                    _raise_overflow(name, dtype, shape, location)
+        bits = count * DTYPES[dtype].bits
         if bits >= _U64_LIMIT:
-            _raise_overflow(name, entry, location)
+            _raise_overflow(name, dtype, shape, location)
         if bits % 8:
             raise HeaderError(
                 HeaderErrorKind.MISALIGNED,
-                f"tensor `{name}` of {entry.dtype} with shape {list(entry.shape)} holds "
+                f"tensor `{name}` of {dtype} with shape {list(shape)} holds "
                 f"{bits} bits, which is not a whole number of bytes",
                 location=location,
             )
-        if entry.stop - entry.begin != bits // 8:
+        if stop - begin != bits // 8:
             raise HeaderError(
                 HeaderErrorKind.INVALID_TENSOR_INFO,
-                f"tensor `{name}` of {entry.dtype} with shape {list(entry.shape)} needs "
-                f"{bits // 8} bytes but data_offsets [{entry.begin}, {entry.stop}] span "
-                f"{entry.stop - entry.begin}",
+                f"tensor `{name}` of {dtype} with shape {list(shape)} needs "
+                f"{bits // 8} bytes but data_offsets [{begin}, {stop}] span "
+                f"{stop - begin}",
                 location=location,
             )
-        running_end = entry.stop
+        running_end = stop
     return ordered
 
 
-def _raise_overflow(name: str, entry: _Entry, location: str) -> None:
+def _raise_overflow(name: str, dtype: str, shape: tuple[int, ...], location: str) -> None:
     raise HeaderError(
         HeaderErrorKind.OVERFLOW,
-        f"the size of tensor `{name}` ({entry.dtype}, shape {list(entry.shape)}) overflows 64 bits",
+        f"the size of tensor `{name}` ({dtype}, shape {list(shape)}) overflows 64 bits",
         location=location,
     )
 
@@ -377,7 +448,7 @@ def _raise_overflow(name: str, entry: _Entry, location: str) -> None:
 def _check_coverage(
     ordered: list[tuple[str, _Entry]], *, header_length: int, file_size: int, location: str
 ) -> None:
-    data_end = ordered[-1][1].stop if ordered else 0
+    data_end = ordered[-1][1][3] if ordered else 0
     expected = PREFIX_BYTES + header_length + data_end
     if expected != file_size:
         raise HeaderError(

@@ -9,7 +9,7 @@ from __future__ import annotations
 import abc
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -32,6 +32,19 @@ class Prefix:
     data: bytes
     size: int
     validator: str | None
+
+
+class BlockingSource(Protocol):
+    """The ``ByteSource`` operations as plain functions that block the calling thread."""
+
+    @property
+    def location(self) -> str: ...
+
+    def open_prefix_now(self, length: int) -> Prefix: ...
+
+    def read_into_now(self, start: int, buffer: memoryview) -> None: ...
+
+    def close_now(self) -> None: ...
 
 
 class ByteSource(abc.ABC):
@@ -71,6 +84,15 @@ class ByteSource(abc.ABC):
         if buffer:
             await self.read_into(start, memoryview(buffer))
         return bytes(buffer)
+
+    def blocking(self) -> BlockingSource | None:
+        """This source's blocking twin, or ``None`` (the default).
+
+        Only sources whose operations cost less than a trip through the event loop (local
+        files) have one; the sync API then opens them and reads small tensors in the calling
+        thread, without crossing to the IO thread.
+        """
+        return None
 
     def recipe(self) -> SourceRecipe:
         """How to open this file, at the version opened here, in another process.

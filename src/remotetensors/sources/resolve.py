@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
 
 from .base import CountingSource, Traffic
-from .fsspec import FsspecSource
 from .http import HttpOptions, HttpSource
 from .hub import HubPath, HubRepo, is_hub_location
 from .local import LocalSource
@@ -154,6 +153,19 @@ def _is_windows_drive(scheme: str) -> bool:
     return len(scheme) == 1 and os.name == "nt"
 
 
+def open_local_source(location: str | os.PathLike[str]) -> LocalSource | None:
+    """The source for a local path or ``file://`` URL; ``None`` for any other location."""
+    text = os.fspath(location)
+    if text.startswith("hf://"):
+        return None
+    scheme = urlsplit(text).scheme.lower() if "://" in text else ""
+    if scheme == "file":
+        return LocalSource(unquote(urlsplit(text).path), location=text)
+    if scheme == "" or _is_windows_drive(scheme):
+        return LocalSource(text)
+    return None
+
+
 def open_source(
     location: str | os.PathLike[str],
     *,
@@ -173,11 +185,13 @@ def open_source(
         if name is None:
             raise ValueError(f"{text}: names a repo or folder, not a file; use open_model")
         return place.open(name)
+    local = open_local_source(text)
+    if local is not None:
+        return local
     scheme = urlsplit(text).scheme.lower() if "://" in text else ""
     if scheme in ("http", "https"):
         return HttpSource(text, client=client, options=http_options)
-    if scheme == "file":
-        return LocalSource(unquote(urlsplit(text).path), location=text)
-    if scheme == "" or _is_windows_drive(scheme):
-        return LocalSource(text)
+    # Imported here: fsspec costs ~100 ms to import, and only fsspec URLs need it.
+    from .fsspec import FsspecSource
+
     return FsspecSource(text, storage_options=storage_options)
