@@ -3,7 +3,8 @@
 Serves FOLDER/files under /files/ with aiohttp's static handler (byte ranges, sendfile), adds LATENCY_MS before every
 answer, and speaks the hub's resolve protocol too: ``/{org}/{name}/resolve/{rev}/{path}`` serves
 ``FOLDER/{org}/{name}/{path}`` with ``X-Repo-Commit`` and ``ETag`` (no CDN redirect, so the hub's
-client and ours pay the same). ``GET /__stats`` returns and resets the request and byte counts.
+client and ours pay the same), and the hub's one-call
+``/api/models/{org}/{name}/safetensors-metadata/{index path}``. ``GET /__stats`` returns and resets the request and byte counts.
 
 Usage: python benchmarks/server.py FOLDER LATENCY_MS -> prints the port, serves until stdin closes.
 """
@@ -55,10 +56,26 @@ def build(folder: Path, latency_ms: float) -> web.Application:
             return web.Response(status=200, headers=headers)
         return web.FileResponse(path, headers=headers)
 
+    async def sharded_metadata(request: web.Request) -> web.Response:
+        # The hub's one-call endpoint: every shard header of a sharded model in one answer.
+        info = request.match_info
+        index_path = folder / info["org"] / info["name"] / info["path"]
+        if not index_path.is_file():
+            return web.Response(status=404, headers={"X-Error-Code": "EntryNotFound"})
+        index = json.loads(index_path.read_bytes())
+        headers = {}
+        for shard in dict.fromkeys(index["weight_map"].values()):
+            with open(index_path.parent / shard, "rb") as f:
+                n = int.from_bytes(f.read(8), "little")
+                headers[shard] = json.loads(f.read(n))
+        body = {"index": {k: v for k, v in index.items() if k != "weight_map"}, "headers": headers}
+        return web.json_response(body, headers={"X-Repo-Commit": "0" * 40})
+
     app = web.Application(middlewares=[delay])
     app.on_response_prepare.append(on_prepare)
     app.router.add_get("/__stats", report)
     app.router.add_route("*", "/{org}/{name}/resolve/{rev}/{path:.+}", resolve)
+    app.router.add_get("/api/models/{org}/{name}/safetensors-metadata/{path:.+}", sharded_metadata)
     app.router.add_static("/files/", folder / "files")
     return app
 

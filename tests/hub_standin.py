@@ -15,9 +15,15 @@ offset here).
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
+import json
+import math
 import re
+import struct
+import time
 from dataclasses import dataclass
+from urllib.parse import unquote
 
 from aiohttp import web
 
@@ -36,11 +42,24 @@ class Repo:
 
 
 class HubStandIn:
-    """Repos in memory; ``log`` records every request (resolve and CDN)."""
+    """Repos in memory; ``log`` records every request (resolve, API and CDN).
+
+    Knobs (set them on the instance): ``metadata_api`` (False: the one-call metadata route is
+    unknown, a plain 404); ``latency_seconds`` added before every answer of the hub and the CDN;
+    ``rate_limit = (quota, window_seconds)`` makes the hub count requests in fixed windows, send
+    ``RateLimit``/``RateLimit-Policy`` on every answer and 429 with ``Retry-After`` over the
+    quota (``throttled`` counts those).
+    """
 
     def __init__(self) -> None:
         self.repos: dict[str, Repo] = {}
         self.log = Log()
+        self.metadata_api = True
+        self.latency_seconds = 0.0
+        self.rate_limit: tuple[int, float] | None = None
+        self.throttled = 0
+        self._window_start = 0.0
+        self._window_used = 0
         self._blobs: dict[str, bytes] = {}
         app = web.Application()
         app.router.add_route("*", "/{tail:.+}", self._resolve)
@@ -98,6 +117,40 @@ class HubStandIn:
         tail = request.match_info["tail"]
         entry = Entry("/" + tail, request.headers.get("Range"), 0, 0, dict(request.headers))
         self.log.entries.append(entry)
+        if self.latency_seconds:
+            await asyncio.sleep(self.latency_seconds)
+        limit_headers = self._count_request()
+        if limit_headers is not None and limit_headers.get("Retry-After"):
+            entry.status = 429
+            return web.Response(status=429, headers=limit_headers, text="rate limited")
+        response = self._route(request, entry, tail)
+        if limit_headers:
+            response.headers.update(limit_headers)
+        return response
+
+    def _count_request(self) -> dict[str, str] | None:
+        """Fixed-window accounting: the RateLimit headers of this answer (with Retry-After
+        when over the quota), or None when no limit is set."""
+        if self.rate_limit is None:
+            return None
+        quota, window = self.rate_limit
+        now = time.monotonic()
+        if now - self._window_start >= window:
+            self._window_start, self._window_used = now, 0
+        reset = max(0.0, self._window_start + window - now)
+        headers = {"RateLimit-Policy": f'"hub";q={quota};w={window:g}'}
+        if self._window_used >= quota:
+            self.throttled += 1
+            headers["RateLimit"] = f'"hub";r=0;t={math.ceil(reset)}'
+            headers["Retry-After"] = str(math.ceil(reset))
+            return headers
+        self._window_used += 1
+        headers["RateLimit"] = f'"hub";r={quota - self._window_used};t={reset:.3f}'
+        return headers
+
+    def _route(self, request: web.Request, entry: Entry, tail: str) -> web.Response:
+        if tail.startswith("api/") and "/safetensors-metadata/" in tail and self.metadata_api:
+            return self._sharded_metadata(request, entry, tail)
         if tail.startswith("api/"):
             return self._tree(request, entry, tail)
         # Legacy repos have one-word names (``gpt2``), and the hub still serves them.
@@ -132,6 +185,36 @@ class HubStandIn:
             return web.Response(status=302, headers=headers)
         headers["ETag"] = f'"{hashlib.sha1(data).hexdigest()}"'
         return self._ranged(request, entry, data, headers)
+
+    def _sharded_metadata(self, request: web.Request, entry: Entry, tail: str) -> web.Response:
+        """``/api/models/{repo}/safetensors-metadata/{index path}``: every shard header of the
+        model on main, as ``{"index": {...without weight_map}, "headers": {shard: header}}``."""
+        match = re.fullmatch(r"api/models/([^/]+/[^/]+)/safetensors-metadata/(.+)", tail)
+        if match is None:
+            entry.status = 404
+            return web.Response(status=404, text="unknown route")
+        repo_id, index_path = match.group(1), unquote(match.group(2))
+        found = self._lookup(request, entry, repo_id, "main")
+        if isinstance(found, web.Response):
+            return found
+        commit, files = found
+        data = files.get(index_path)
+        if data is None:
+            return self._error(entry, 404, "EntryNotFound", commit=commit)
+        try:
+            index = json.loads(data)
+        except ValueError:
+            entry.status = 400
+            return web.Response(status=400, text="the index is not JSON")
+        folder = index_path.rpartition("/")[0]
+        headers = {}
+        for shard in dict.fromkeys(index["weight_map"].values()):
+            blob = files[f"{folder}/{shard}" if folder else shard]
+            (n,) = struct.unpack_from("<Q", blob)
+            headers[shard] = json.loads(blob[8 : 8 + n])
+        body = {"index": {k: v for k, v in index.items() if k != "weight_map"}, "headers": headers}
+        entry.status = 200
+        return web.json_response(body, headers={"X-Repo-Commit": commit})
 
     def _tree(self, request: web.Request, entry: Entry, tail: str) -> web.Response:
         match = re.fullmatch(
@@ -178,6 +261,8 @@ class HubStandIn:
         sha = request.match_info["sha"]
         entry = Entry(request.path, request.headers.get("Range"), 0, 0, dict(request.headers))
         self.log.entries.append(entry)
+        if self.latency_seconds:
+            await asyncio.sleep(self.latency_seconds)
         data = self._blobs.get(sha)
         if data is None:
             entry.status = 404

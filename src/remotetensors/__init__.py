@@ -37,6 +37,7 @@ from .options import ReadOptions
 from .quantization import LogicalTensor, ParameterCount, Quantization
 from .ranges import ByteRange
 from .reader import AsyncTensorFile, AsyncTensorSlice
+from .scan import ModelSummary, ScanResult, scan, scan_async
 from .sources.base import Traffic
 from .sources.http import HttpOptions
 from .stats import TensorStats
@@ -70,6 +71,7 @@ __all__ = [
     "MissingDependencyError",
     "Model",
     "ModelIndex",
+    "ModelSummary",
     "NotFoundError",
     "ParameterCount",
     "PermissionDeniedError",
@@ -79,6 +81,7 @@ __all__ = [
     "RemoteFileChangedError",
     "RemoteTensorsError",
     "RequestTimeoutError",
+    "ScanResult",
     "SliceError",
     "TensorInfo",
     "TensorNotFoundError",
@@ -95,6 +98,8 @@ __all__ = [
     "open_model_async",
     "parameter_count",
     "safe_open",
+    "scan",
+    "scan_async",
     "verify_checksum",
     "verify_checksum_async",
 ]

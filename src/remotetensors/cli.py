@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from . import __version__
+from . import __version__, scan_cli
 from .cli_options import add_location_options, open_options, parse_slice, resolve_negative
 from .cli_output import check_output, save
 from .cli_status import StatusLine
@@ -136,12 +136,16 @@ def _parser() -> argparse.ArgumentParser:
         sub.set_defaults(run=run)
         return sub
 
-    def location_options(sub: argparse.ArgumentParser, *, json_flag: bool = True) -> None:
-        add_location_options(sub, json_flag=json_flag)
+    def location_options(
+        sub: argparse.ArgumentParser, *, json_flag: bool = True, many: bool = False
+    ) -> None:
+        add_location_options(sub, json_flag=json_flag, many=many)
 
-    location_options(
-        command("params", "Count parameters: the true total, then by dtype as stored.", _params)
+    params = command(
+        "params", "Count parameters: the true total, then by dtype as stored.", _params
     )
+    location_options(params, many=True)
+    scan_cli.add_arguments(params)
     memory = command("memory", "Memory to serve: weights as stored plus the KV cache.", _memory)
     location_options(memory)
     memory.add_argument("--context", type=int, default=None, help="tokens per sequence")
@@ -198,6 +202,9 @@ def _print_table(
 
 
 def _params(args: argparse.Namespace) -> int:
+    if scan_cli.is_scan(args):
+        return scan_cli.run(args, open_options(args), _print_table)
+    args.location = args.location[0]
     with opened(args) as model:
         report = params_report(model)
     if args.json:

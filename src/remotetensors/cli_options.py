@@ -29,9 +29,17 @@ class UsageError(RemoteTensorsError, ValueError):
     """A command-line value that cannot be used (named with the option it was given to)."""
 
 
-def add_location_options(sub: argparse.ArgumentParser, *, json_flag: bool = True) -> None:
-    """The location argument and the options of every command that reads one."""
-    sub.add_argument("location", help="hf://org/name, s3://bucket/prefix/, https://..., a path")
+def add_location_options(
+    sub: argparse.ArgumentParser, *, json_flag: bool = True, many: bool = False
+) -> None:
+    """The location argument and the options of every command that reads one (``many``: any
+    number of locations, for a scan)."""
+    sub.add_argument(
+        "location",
+        nargs="*" if many else None,
+        help="hf://org/name, s3://bucket/prefix/, https://..., a path"
+        + (" (several: a scan, one table row or JSON line each)" if many else ""),
+    )
     sub.add_argument("--revision", help="hub revision (branch, tag or commit)")
     sub.add_argument("--token", help="hub token (default: HF_TOKEN or the stored one)")
     sub.add_argument(

@@ -183,6 +183,10 @@ class ModelIndex(_Totals):
             single file), sorted by name.
         metadata: the index file's ``metadata`` (sharded) or the file's ``__metadata__``.
         unmapped: tensors present in a shard but absent from the weight map (not in ``tensors``).
+
+    Counts (:meth:`parameter_count`, :attr:`num_parameters`, :attr:`nbytes`) cover every tensor
+    of every file, the unmapped ones included: that is how the hub and huggingface_hub's
+    ``get_safetensors_metadata`` count a sharded model.
     """
 
     files: Mapping[str, FileIndex]
@@ -197,6 +201,25 @@ class ModelIndex(_Totals):
     def keys(self) -> list[str]:
         """Tensor names, sorted."""
         return list(self.tensors)
+
+    def _all_tensors(self) -> Iterable[TensorInfo]:
+        if not self.unmapped:
+            return self.tensors.values()
+        return (info for file in self.files.values() for info in file.tensors.values())
+
+    def parameter_count(self) -> dict[str, int]:
+        """Elements per dtype name over every file's tensors (the hub's rule)."""
+        return parameter_count(self._all_tensors())
+
+    @property
+    def num_parameters(self) -> int:
+        """Total number of elements over every file's tensors."""
+        return sum(info.num_elements for info in self._all_tensors())
+
+    @property
+    def nbytes(self) -> int:
+        """Total bytes of tensor data over every file."""
+        return sum(info.nbytes for info in self._all_tensors())
 
     @property
     def header_bytes(self) -> int:

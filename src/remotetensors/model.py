@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import fnmatch
+import functools
+import logging
 import os
 import warnings
 from dataclasses import replace
@@ -19,6 +21,7 @@ from typing import TYPE_CHECKING, Any, overload
 
 import httpx
 
+from . import hub_onecall
 from .configs import ConfigFiles, ConfigWarning, read_configs
 from .errors import (
     FileClosedError,
@@ -33,6 +36,7 @@ from .fetch import gather_or_cancel
 from .formats.gguf import split_names
 from .formats.index_json import ShardIndex, parse_index
 from .gguf_reading import find_gguf, join_parts, open_parts
+from .hub_onecall import LazyTensorFile
 from .index import FileIndex, ModelIndex, TensorInfo, with_file
 from .memory import MemoryEstimate, estimate_memory
 from .opening import Opening
@@ -56,6 +60,8 @@ if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
 
     import dask.array as da
+
+log = logging.getLogger(__name__)
 
 SINGLE_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
@@ -101,6 +107,27 @@ class AsyncModel:
         # file name -> counters, shared with the place that opened the files; it also holds
         # what discovery cost (probes that found nothing, the index, configs).
         self._traffic: dict[str, Traffic] = {}
+        for name, file in self._files.items():
+            if isinstance(file, LazyTensorFile):
+                file.on_open = functools.partial(self._file_opened, name)
+
+    def _file_opened(self, name: str, real: FileIndex) -> None:
+        """A lazily opened shard (see :mod:`.hub_onecall`) now has its final offsets."""
+        files = {**self.index.files, name: real}
+        tensors = {
+            n: (replace(real.tensors[n], file=name) if info.file == name else info)
+            for n, info in self.index.tensors.items()
+        }
+        self.index = ModelIndex(files, tensors, self.index.metadata, self.index.unmapped)
+
+    async def open_shards(self, names: str | Iterable[str]) -> None:
+        """Make the offsets of the shards holding ``names`` final (shards known from the hub's
+        metadata endpoint read their 8-byte length first); nothing to do for other models."""
+        files = {self.tensors[n].file for n in self.select(names)}
+        lazy = [f for name, f in self._files.items() if name in files]
+        await gather_or_cancel(
+            [f._ensure_open() for f in lazy if isinstance(f, LazyTensorFile) and not f.opened]
+        )
 
     def _set_configs(self, configs: ConfigFiles) -> None:
         self.configs = configs
@@ -389,6 +416,7 @@ async def load_model(
     options: ReadOptions | None = None,
     http_options: HttpOptions | None = None,
     framework: str = "numpy",
+    client: httpx.AsyncClient | None = None,
 ) -> AsyncModel:
     """Open a model: a file, or a folder, prefix or repo holding one file or shards.
 
@@ -403,6 +431,8 @@ async def load_model(
         options: header window, gap, part size and concurrency (per file).
         http_options: timeouts, retries, headers.
         framework: ``"numpy"`` or ``"pt"``.
+        client: an httpx client to share with other models (a scan does); the caller closes
+            it. By default the model creates its own and closes it in ``aclose``.
 
     Raises:
         NotFoundError: neither ``model.safetensors`` nor its index exists at a folder, nor a
@@ -412,7 +442,9 @@ async def load_model(
             from its shard.
     """
     options = options or ReadOptions()
-    client = (http_options or HttpOptions()).new_client()
+    owned = client is None
+    if client is None:
+        client = (http_options or HttpOptions()).new_client()
     text = os.fspath(location)
     try:
         place, name = split_location(
@@ -451,9 +483,11 @@ async def load_model(
             await model.aclose()
             raise
     except BaseException:
-        await client.aclose()
+        if owned:
+            await client.aclose()
         raise
-    model._client = client
+    if owned:
+        model._client = client
     for problem in model.true_count.problems:
         warnings.warn(ConfigWarning(problem), stacklevel=2)
     return model
@@ -472,19 +506,55 @@ def _single(location: str, name: str, file: AsyncTensorFile) -> AsyncModel:
 async def _discover(
     location: str, place: Place, options: ReadOptions, framework: str
 ) -> AsyncModel:
+    """One round: ``model.safetensors``, the index, and for hub repos the one-call metadata
+    endpoint (alone once the endpoint is known to have it: see :mod:`.hub_onecall`). When both
+    the single file and the index exist, the single file is the model, as huggingface_hub and
+    transformers decide."""
+    one_call = hub_onecall.plan(place)
     single_task = asyncio.ensure_future(
         AsyncTensorFile.open(place.open(SINGLE_FILE), options=options, framework=framework)
     )
-    index_task = asyncio.ensure_future(_read_index(place, INDEX_FILE))
-    await asyncio.gather(single_task, index_task, return_exceptions=True)
-    single_error = single_task.exception()
-    index_error = index_task.exception()
-    if index_error is None:
-        if single_error is None:
+    meta_task = asyncio.ensure_future(hub_onecall.ask(place, INDEX_FILE)) if one_call else None
+    index_task = (
+        None if one_call == "alone" else asyncio.ensure_future(_read_index(place, INDEX_FILE))
+    )
+    tasks = [t for t in (single_task, meta_task, index_task) if t is not None]
+    try:
+        await asyncio.gather(*tasks, return_exceptions=True)
+    except BaseException:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        if single_task.done() and not single_task.cancelled() and not single_task.exception():
             await single_task.result().aclose()
-        return await _open_sharded(location, place, index_task.result(), options, framework)
+        raise
+    single_error = single_task.exception()
     if single_error is None:
         return _single(location, SINGLE_FILE, single_task.result())
+    index_error = index_task.exception() if index_task is not None else None
+    shard_index = index_task.result() if index_task is not None and index_error is None else None
+    if meta_task is not None and (index_task is None or index_error is None):
+        metadata = hub_onecall.accept(place, meta_task.result(), location)
+        if metadata is not None:
+            files, index = hub_onecall.build(
+                location, place, metadata, shard_index, INDEX_FILE, options, framework
+            )
+            return AsyncModel(location, files, index)
+        if index_task is None:
+            answer = meta_task.result()
+            if answer.status == 404:
+                index_error = NotFoundError(f"{place.location(INDEX_FILE)}: not found")
+            elif answer.status in (401, 403):
+                raise single_error
+            else:
+                try:  # the endpoint failed: read the index after all (one more round)
+                    shard_index = await _read_index(place, INDEX_FILE)
+                except RemoteTensorsError as exc:
+                    index_error = exc
+    if shard_index is not None:
+        log.debug("%s: header phase from range reads of the index and shards", location)
+        return await _open_sharded(location, place, shard_index, options, framework)
+    assert index_error is not None
     for error in (single_error, index_error):
         # The hub says when the repo or revision itself is missing: that, not the files.
         if isinstance(error, NotFoundError) and error.code in ("RepoNotFound", "RevisionNotFound"):

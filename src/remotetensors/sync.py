@@ -441,7 +441,9 @@ class Model:
         self, names: str | Iterable[str], *, chunk_bytes: int = DEFAULT_CHUNK_BYTES
     ) -> da.Array | dict[str, da.Array]:
         """Lazy Dask arrays of range-read chunks: one for a tensor name, a dict for a glob or
-        a list (no IO until computed)."""
+        a list (no IO until computed, except the 8-byte length of shards known only from the
+        hub's metadata endpoint)."""
+        run_sync(self._model.open_shards(names))
         return self._model.to_dask(names, chunk_bytes=chunk_bytes)
 
     def close(self) -> None:

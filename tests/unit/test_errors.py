@@ -55,6 +55,10 @@ def test_tensor_not_found_reads_well() -> None:
 
 
 PUBLIC_NAMES = {
+    "ModelSummary",
+    "ScanResult",
+    "scan",
+    "scan_async",
     "DTYPES",
     "BackendError",
     "BadResponseError",

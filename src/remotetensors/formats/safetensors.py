@@ -134,6 +134,63 @@ def parse_header(header: bytes, *, file_size: int, location: str = "<bytes>") ->
     return FileIndex(tensors, metadata, len(header), file_size, "safetensors")
 
 
+def parse_header_unsized(header: bytes, *, location: str = "<bytes>") -> FileIndex:
+    """Parse and validate a header whose file has not been seen yet (the hub's one-call
+    metadata gives header objects without their files): every rule of :func:`parse_header`
+    except the last (the header describes the whole file), which :func:`rebase` applies once
+    the file's length prefix and size are known.
+
+    Returns:
+        A provisional index as if the header were exactly ``header`` (so ``data_offset`` is
+        ``8 + len(header)``) and the file ended with the last tensor.
+
+    Raises:
+        HeaderError: with the ``kind`` of the first rule that fails.
+    """
+    try:
+        text = header.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise HeaderError(
+            HeaderErrorKind.INVALID_UTF8,
+            f"byte {exc.start} of the header is not valid UTF-8",
+            location=location,
+        ) from None
+    try:
+        _, entries = _read_json(text)
+    except strict_json.StrictJSONError as exc:
+        raise HeaderError(HeaderErrorKind.INVALID_JSON, str(exc), location=location) from None
+    ordered = _check_offsets_and_sizes(entries, location)
+    data_end = ordered[-1][1][3] if ordered else 0  # the last tensor's end
+    return parse_header(header, file_size=PREFIX_BYTES + len(header) + data_end, location=location)
+
+
+def rebase(
+    provisional: FileIndex, *, header_length: int, file_size: int, location: str = "<bytes>"
+) -> FileIndex:
+    """The index of a file whose header was validated by :func:`parse_header_unsized`, now
+    that its real header length N (from its first 8 bytes) and size are known: offsets move to
+    the real data start, and the last rule is applied (the header describes the whole file).
+
+    Raises:
+        HeaderError: INCOMPLETE_BUFFER when N and the size do not fit what the header says.
+    """
+    shift = header_length - provisional.header_length
+    data_end = provisional.file_size - provisional.data_offset
+    expected = PREFIX_BYTES + header_length + data_end
+    if expected != file_size:
+        raise HeaderError(
+            HeaderErrorKind.INCOMPLETE_BUFFER,
+            f"the header describes {expected} bytes (8 + header {header_length} + data "
+            f"{data_end}) but the file has {file_size}",
+            location=location,
+        )
+    tensors = {
+        name: TensorInfo(info.name, info.dtype, info.shape, info.start + shift, info.end + shift)
+        for name, info in provisional.tensors.items()
+    }
+    return FileIndex(tensors, provisional.metadata, header_length, file_size, provisional.format)
+
+
 def parse_file(data: bytes, *, location: str = "<bytes>") -> FileIndex:
     """Validate a whole file held in memory (``data`` is every byte of it)."""
     n = header_length(data[:64], file_size=len(data), location=location)

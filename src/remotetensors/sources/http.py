@@ -53,6 +53,7 @@ from ..ranges import ByteRange
 from ..redact import redact_url
 from ..status import Retrying, activity, bytes_listener, retrying
 from .base import ByteSource, Prefix
+from .ratelimit import limiter_for
 from .rawhttp import Meter, RawConnectionError, RawProtocolError, RawRangeClient, RawTimeoutError
 from .recipe import SourceRecipe
 from .tls import shared_ssl_context
@@ -236,9 +237,9 @@ class HttpSource(ByteSource):
             raise ValueError(f"the prefix length must be positive, got {length}")
         buffer = bytearray(length)
         received = await self._fetch(0, length, memoryview(buffer), first=True)
-        del buffer[received:]
         assert self._size is not None
-        return Prefix(bytes(buffer), self._size, self._validator())
+        # A copy, not a resize: a retried attempt's traceback may still hold a view of buffer.
+        return Prefix(bytes(buffer[:received]), self._size, self._validator())
 
     async def read_into(self, start: int, buffer: memoryview) -> None:
         end = start + len(buffer)
@@ -403,10 +404,13 @@ class HttpSource(ByteSource):
         if direct is not None:
             return await self._one_direct_request(direct, start, end, buffer, meter)
         url = self._data_url
+        limiter = limiter_for(url)  # shared by the whole process: see .ratelimit
+        await limiter.acquire()
         try:
             async with self._http().stream(
                 "GET", url, headers=self._headers(start, end, first=first)
             ) as response:
+                limiter.observe(response.status_code, response.headers)
                 if str(response.url) != url:
                     self._data_url = str(response.url)
                 if first:
@@ -463,6 +467,8 @@ class HttpSource(ByteSource):
                 return False
             return True
 
+        limiter = limiter_for(url)
+        await limiter.acquire()
         try:
             answer = await direct.get_into(
                 url, self._headers(start, end, first=False), buffer, accept, meter
@@ -484,6 +490,7 @@ class HttpSource(ByteSource):
         if problems:
             raise problems[0]
         status, headers = answer.status, answer.headers
+        limiter.observe(status, headers)
         if status == 206 and answer.body_read:
             return answer.received
         if status == 206:

@@ -24,6 +24,8 @@ from .http import HttpOptions, HttpSource
 from .recipe import SourceRecipe
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     import httpx
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
@@ -146,6 +148,16 @@ class HubRepo:
             )
         self._options = options
         self._client = client
+
+    @property
+    def request_headers(self) -> Mapping[str, str]:
+        """Headers for requests to the hub itself (the token, when there is one)."""
+        return self._options.headers
+
+    @property
+    def client(self) -> httpx.AsyncClient | None:
+        """The httpx client shared by the repo's files, if any."""
+        return self._client
 
     def url(self, path: str) -> str:
         """The resolve URL of ``path`` at the (pinned) revision."""

@@ -1,0 +1,248 @@
+"""Many models at once: bounded concurrency, one small result per location, as each completes.
+
+``rt.scan(["hf://org/a", "s3://bucket/b/", ...])`` opens each location like
+:func:`~remotetensors.open_model` (only the headers and configs are read), summarises it and
+closes it. Guarantees:
+
+- one bad location never stops the scan: its result carries the error instead of a summary;
+- at most ``concurrency`` models are open at once and locations are taken from the iterable only
+  as slots free up, so memory does not grow with the number of locations (nothing is kept for a
+  finished location beyond the result handed out);
+- every model of the scan shares one HTTP client and the per-host rate limiters of the process
+  (:mod:`.sources.ratelimit`); each result says how long its requests waited for them.
+
+Results are yielded in completion order, not input order; each names its location.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Iterable, Iterator
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from .model import load_model
+from .options import ReadOptions
+from .sources.http import HttpOptions
+from .sources.ratelimit import WaitTally, context_with_tallies
+from .sync import run_sync
+
+DEFAULT_SCAN_CONCURRENCY = 16
+"""Models opened at once by a scan (each opens its files concurrently as well)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ModelSummary:
+    """What a scan says about one model (plain values: it pickles and converts to JSON).
+
+    Attributes:
+        parameters: the true parameter count (quantized weights unpacked, bookkeeping left out;
+            see :attr:`remotetensors.AsyncModel.num_parameters`).
+        exact: False when ``parameters`` is an upper bound.
+        quantization: the quantization's summary (``method``, ``bits``, ...), or None.
+        stored_parameters: elements as stored, summed over every tensor: the hub's count.
+        by_dtype: elements as stored per dtype name (the hub's per-dtype counts).
+        nbytes: bytes of tensor data.
+        files: number of weight files.
+    """
+
+    parameters: int
+    exact: bool
+    quantization: dict[str, Any] | None
+    stored_parameters: int
+    by_dtype: dict[str, int]
+    nbytes: int
+    files: int
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready keys: parameters, exact, quantization, stored_parameters, by_dtype,
+        bytes, files."""
+        return {
+            "parameters": self.parameters,
+            "exact": self.exact,
+            "quantization": self.quantization,
+            "stored_parameters": self.stored_parameters,
+            "by_dtype": dict(self.by_dtype),
+            "bytes": self.nbytes,
+            "files": self.files,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class ScanResult:
+    """One location's outcome: a summary, or the error that stopped it.
+
+    Attributes:
+        location: the location as given.
+        summary: the model's summary; None when it failed.
+        error: the error's message (it names the location); None when it succeeded.
+        error_type: the error's class name (``"NotFoundError"``, ``"HeaderError"``, ...).
+        waited_seconds: time this location's requests spent waiting for rate limiters.
+        elapsed_seconds: wall time from the start of its opening to its result.
+    """
+
+    location: str
+    summary: ModelSummary | None = None
+    error: str | None = None
+    error_type: str | None = None
+    waited_seconds: float = 0.0
+    elapsed_seconds: float = field(default=0.0, compare=False)
+
+    @property
+    def ok(self) -> bool:
+        """Whether the location gave a summary."""
+        return self.summary is not None
+
+    def as_dict(self) -> dict[str, Any]:
+        """``{"location": ..., <summary keys>}`` or ``{"location": ..., "error": ...,
+        "error_type": ...}``, plus ``waited_seconds``."""
+        head: dict[str, Any] = {"location": self.location}
+        if self.summary is not None:
+            head.update(self.summary.as_dict())
+        else:
+            head.update(error=self.error, error_type=self.error_type)
+        head["waited_seconds"] = round(self.waited_seconds, 3)
+        return head
+
+
+async def summarise(location: str, **open_model_kwargs: Any) -> ModelSummary:
+    """Open the model at ``location``, summarise it, close it.
+
+    Raises:
+        whatever :func:`~remotetensors.model.load_model` raises.
+    """
+    model = await load_model(location, **open_model_kwargs)
+    try:
+        count = model.true_count
+        stored = model.parameter_count()
+        return ModelSummary(
+            parameters=count.total,
+            exact=count.exact,
+            quantization=count.quantization.as_dict() if count.quantization else None,
+            stored_parameters=sum(stored.values()),
+            by_dtype=stored,
+            nbytes=model.nbytes,
+            files=len(model.files),
+        )
+    finally:
+        await model.aclose()
+
+
+async def _one(location: str, scan_kwargs: dict[str, Any], tally: WaitTally) -> ScanResult:
+    started = time.perf_counter()
+    try:
+        summary = await summarise(location, **scan_kwargs)
+    except Exception as exc:  # one bad location never stops the scan
+        return ScanResult(
+            location,
+            error=str(exc) or repr(exc),
+            error_type=type(exc).__name__,
+            waited_seconds=tally.seconds,
+            elapsed_seconds=time.perf_counter() - started,
+        )
+    return ScanResult(
+        location,
+        summary,
+        waited_seconds=tally.seconds,
+        elapsed_seconds=time.perf_counter() - started,
+    )
+
+
+async def _locations(
+    locations: Iterable[str | os.PathLike[str]] | AsyncIterable[str],
+) -> AsyncIterator[str]:
+    if isinstance(locations, AsyncIterable):
+        async for item in locations:
+            yield item
+    else:
+        for location in locations:
+            yield os.fspath(location)
+
+
+async def scan_async(
+    locations: Iterable[str | os.PathLike[str]] | AsyncIterable[str],
+    *,
+    concurrency: int = DEFAULT_SCAN_CONCURRENCY,
+    **open_model_kwargs: Any,
+) -> AsyncGenerator[ScanResult, None]:
+    """Open and summarise every location, ``concurrency`` at a time; yield results as they
+    complete (see the module's guarantees).
+
+    Args:
+        locations: any iterable (a generator, a file's lines, an async iterable): consumed
+            lazily.
+        concurrency: models open at once.
+        open_model_kwargs: passed to :func:`~remotetensors.model.load_model` (``token``,
+            ``revision``, ``storage_options``, ``options``, ``http_options``). Progress bars of
+            single models are off unless ``options`` asks for them.
+
+    Raises:
+        ValueError: ``concurrency`` below 1. Errors of a location are in its result.
+    """
+    if concurrency < 1:
+        raise ValueError(f"concurrency must be >= 1, got {concurrency}")
+    options = open_model_kwargs.pop("options", None) or ReadOptions(progress=False)
+    http_options = open_model_kwargs.get("http_options") or HttpOptions()
+    client = open_model_kwargs.pop("client", None)
+    owned = client is None
+    if client is None:
+        client = replace(
+            http_options, max_connections=max(http_options.max_connections, 2 * concurrency)
+        ).new_client()
+    kwargs = {**open_model_kwargs, "options": options, "client": client}
+    pending: set[asyncio.Task[ScanResult]] = set()
+    source = _locations(locations).__aiter__()
+    exhausted = False
+    try:
+        while True:
+            while not exhausted and len(pending) < concurrency:
+                try:
+                    location = await source.__anext__()
+                except StopAsyncIteration:
+                    exhausted = True
+                    break
+                tally = WaitTally()
+                # A task copies the context it is created in: its waits go to its tally.
+                context = context_with_tallies(tally)
+                pending.add(context.run(asyncio.create_task, _one(location, kwargs, tally)))
+            if not pending:
+                return
+            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                yield task.result()
+            del done
+    finally:
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+        if owned:
+            await client.aclose()
+
+
+def scan(
+    locations: Iterable[str | os.PathLike[str]],
+    *,
+    concurrency: int = DEFAULT_SCAN_CONCURRENCY,
+    **open_model_kwargs: Any,
+) -> Iterator[ScanResult]:
+    """The sync twin of :func:`scan_async`: an iterator of results as they complete.
+
+    The scan runs on the sync bridge's loop; it keeps working while the caller handles a
+    result. Leaving the loop early (``break``) cancels the models still open.
+    """
+    results = scan_async(locations, concurrency=concurrency, **open_model_kwargs)
+
+    async def step() -> ScanResult:
+        return await results.__anext__()
+
+    try:
+        while True:
+            try:
+                result = run_sync(step())
+            except StopAsyncIteration:
+                return
+            yield result
+    finally:
+        run_sync(results.aclose())

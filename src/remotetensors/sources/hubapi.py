@@ -1,0 +1,102 @@
+"""The hub's one-call sharded metadata endpoint: bytes and the commit they describe, no parsing.
+
+``GET {endpoint}/api/models/{repo}/safetensors-metadata/{index path}`` answers every shard header
+of a sharded model on ``main`` in one request. Whether an endpoint (a hub, a mirror) has it is
+learnt once per process: an answer of the hub's API (200, or an error carrying
+``X-Error-Code``) says yes; a plain 404 from a server that does not know the route says no, and
+later models of that endpoint do not ask again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+from urllib.parse import quote
+
+import httpx
+
+from .ratelimit import limiter_for
+
+if TYPE_CHECKING:
+    from .hub import HubRepo
+
+log = logging.getLogger(__name__)
+
+MAX_ATTEMPTS = 4
+_RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
+
+_support: dict[str, bool] = {}  # endpoint -> whether it has the route (learnt per process)
+
+
+@dataclass(frozen=True, slots=True)
+class MetadataAnswer:
+    """The endpoint's answer: ``body`` on a 200, else ``None`` with the status and reason.
+
+    Attributes:
+        status: the HTTP status (0 when no answer came).
+        body: the JSON bytes of a 200.
+        commit: ``X-Repo-Commit`` of the answer, when the hub sent it.
+        reason: why there is no body, for the debug log.
+    """
+
+    status: int
+    body: bytes | None
+    commit: str | None
+    reason: str = ""
+
+
+def endpoint_support(endpoint: str) -> bool | None:
+    """Whether ``endpoint`` is known to have the route: True, False, or None (not asked yet)."""
+    return _support.get(endpoint)
+
+
+async def fetch_sharded_metadata(repo: HubRepo, index_path: str) -> MetadataAnswer:
+    """Ask the endpoint for the headers of the sharded model whose index is ``index_path``.
+
+    Goes through the host's rate limiter; 429 and 5xx are retried (up to :data:`MAX_ATTEMPTS`,
+    honouring ``Retry-After`` through the limiter). Never raises for HTTP or network failures:
+    the caller falls back to reading the files.
+    """
+    url = (
+        f"{repo.endpoint}/api/{repo.repo.repo_type}/{repo.repo.repo_id}/safetensors-metadata/"
+        f"{quote(index_path)}"
+    )
+    limiter = limiter_for(url)
+    client = repo.client
+    owned = client is None
+    if client is None:
+        client = httpx.AsyncClient(follow_redirects=True)
+    try:
+        for attempt in range(1, MAX_ATTEMPTS + 1):
+            await limiter.acquire()
+            try:
+                response = await client.get(url, headers=dict(repo.request_headers))
+            except httpx.HTTPError as exc:
+                reason = f"{type(exc).__name__}: {exc}"
+                if attempt == MAX_ATTEMPTS:
+                    return MetadataAnswer(0, None, None, reason)
+                await asyncio.sleep(random.uniform(0, 0.25 * 2**attempt))
+                continue
+            limiter.observe(response.status_code, response.headers)
+            status = response.status_code
+            code = response.headers.get("X-Error-Code")
+            commit = response.headers.get("X-Repo-Commit")
+            if status == 200:
+                _support[repo.endpoint] = True
+                return MetadataAnswer(200, response.content, commit)
+            if status in _RETRY_STATUSES and attempt < MAX_ATTEMPTS:
+                if status != 429:  # a 429's wait is the limiter's (Retry-After)
+                    await asyncio.sleep(random.uniform(0, 0.25 * 2**attempt))
+                continue
+            if code:
+                _support[repo.endpoint] = True
+            elif status == 404:
+                _support[repo.endpoint] = False
+            return MetadataAnswer(status, None, commit, f"HTTP {status} {code or ''}".strip())
+        return MetadataAnswer(0, None, None, "no answer")  # pragma: no cover (loop returns)
+    finally:
+        if owned:
+            await client.aclose()

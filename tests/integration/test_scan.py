@@ -1,0 +1,384 @@
+"""Many models at once, on the hub stand-in: the one-call metadata endpoint (request counts with
+and without it), lazy shard offsets, count parity with huggingface_hub, rate limits, and scans
+(results, errors, flat memory, pickling)."""
+
+from __future__ import annotations
+
+import json
+import pickle
+import tracemalloc
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import remotetensors as rt
+from tests.hub_standin import TOKEN, HubStandIn
+from tests.integration.test_models import _no_stored_token, expected_counts, sharded
+from tests.reference import write_reference
+
+
+@pytest.fixture
+def hub_env(hub: HubStandIn, monkeypatch: pytest.MonkeyPatch) -> HubStandIn:
+    monkeypatch.setenv("HF_ENDPOINT", hub.endpoint)
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    monkeypatch.setattr("remotetensors.sources.hub.resolve_token", _no_stored_token)
+    return hub
+
+
+NO_CONFIGS = rt.ReadOptions(read_configs=False, progress=False)
+
+
+def kinds(hub: HubStandIn) -> list[str]:
+    """Each request to the hub (not the CDN) as a short kind: api, index, single, shard:N, …"""
+    out = []
+    for entry in hub.log.entries:
+        path = entry.path
+        if path.startswith("/cdn/"):
+            continue
+        if "/safetensors-metadata/" in path:
+            out.append("api")
+        elif path.endswith(".index.json"):
+            out.append("index")
+        elif path.endswith("/model.safetensors"):
+            out.append("single")
+        elif "model-0" in path:
+            out.append("shard:" + path.rsplit("/", 1)[1])
+        else:
+            out.append(path.rsplit("/", 1)[1])
+    return out
+
+
+# --- the one-call endpoint ------------------------------------------------------------------
+
+
+def test_header_phase_is_one_request_when_the_endpoint_exists(hub_env: HubStandIn) -> None:
+    files, tensors = sharded(shards=4, layers_per_shard=2)
+    hub_env.add("org/a", files)
+    hub_env.add("org/b", files)
+    # First model of an endpoint: the index is read in the same round (support not known yet).
+    with rt.open_model("hf://org/a", options=NO_CONFIGS) as model:
+        assert model.parameter_count() == expected_counts(tensors)
+    assert sorted(kinds(hub_env)) == ["api", "index", "single"]
+    hub_env.log.clear()
+    # Known now: the endpoint alone is the header phase. One request; no index, no shard reads.
+    with rt.open_model("hf://org/b", options=NO_CONFIGS) as model:
+        assert sorted(kinds(hub_env)) == ["api", "single"]
+        assert model.parameter_count() == expected_counts(tensors)
+        assert model.num_parameters == sum(t.size for t in tensors.values())
+        assert model.nbytes == sum(t.nbytes for t in tensors.values())
+        assert model.keys() == sorted(tensors)
+        hub_env.log.clear()
+        # The first data read of a shard fetches its 8-byte length before any tensor byte.
+        name = "model.layers.3.mlp.weight"
+        assert model.get_tensor(name).tobytes() == tensors[name].tobytes()
+        shard = model.tensors[name].file
+        reads = [e.range for e in hub_env.log.entries if e.path.endswith(str(shard))]
+        assert reads[0] == "bytes=0-7"
+        assert len(reads) == 2
+        assert model.index.files[str(shard)].data_offset == 8 + int.from_bytes(
+            files[str(shard)][:8], "little"
+        )
+        rows = model.get_slice("model.embed_tokens.weight")[3:9]
+        assert rows.tobytes() == tensors["model.embed_tokens.weight"][3:9].tobytes()
+        both = model.get_tensors("model.layers.*.norm.weight")
+        for key, array in both.items():
+            assert array.tobytes() == tensors[key].tobytes()
+    # Every shard read is pinned to the commit the endpoint reported.
+    commit = hub_env.repos["org/b"].branches["main"]
+    assert all(f"/resolve/{commit}/" in e.path for e in hub_env.log.entries if "model-0" in e.path)
+
+
+def test_header_phase_in_two_rounds_without_the_endpoint(hub_env: HubStandIn) -> None:
+    hub_env.metadata_api = False
+    files, tensors = sharded(shards=3)
+    for repo in ("org/a", "org/b"):
+        hub_env.add(repo, files)
+    with rt.open_model("hf://org/a", options=NO_CONFIGS) as model:
+        assert model.parameter_count() == expected_counts(tensors)
+    # Round 1: single file, index, endpoint (unknown route); round 2: the shards.
+    shards = sorted(f"shard:{n}" for n in files if n.startswith("model-"))
+    assert sorted(kinds(hub_env)) == sorted(["api", "index", "single", *shards])
+    hub_env.log.clear()
+    with rt.open_model("hf://org/b", options=NO_CONFIGS) as model:
+        assert model.parameter_count() == expected_counts(tensors)
+    # Learnt: the endpoint is not asked again.
+    assert sorted(kinds(hub_env)) == sorted(["index", "single", *shards])
+
+
+def test_endpoint_skipped_for_other_revisions_and_used_for_mains_commit(
+    hub_env: HubStandIn,
+) -> None:
+    files, tensors = sharded(shards=2)
+    old = hub_env.add("org/a", files)
+    changed = dict(files)
+    changed["model.safetensors.index.json"] = files["model.safetensors.index.json"] + b" "
+    new = hub_env.push("org/a", changed)
+    with rt.open_model("hf://org/a", options=NO_CONFIGS) as model:  # learn support
+        assert model.num_parameters == sum(t.size for t in tensors.values())
+    hub_env.log.clear()
+    with rt.open_model(f"hf://org/a@{old}", options=NO_CONFIGS) as model:
+        assert model.parameter_count() == expected_counts(tensors)
+    # An older commit: the endpoint (main only) answers for another commit: range reads.
+    assert "index" in kinds(hub_env)
+    hub_env.log.clear()
+    with rt.open_model(f"hf://org/a@{new}", options=NO_CONFIGS) as model:
+        assert model.parameter_count() == expected_counts(tensors)
+    assert sorted(kinds(hub_env)) == ["api", "single"]
+    hub_env.log.clear()
+    with pytest.raises(rt.NotFoundError, match=r"RevisionNotFound|neither"):
+        rt.open_model("hf://org/a@some-branch", options=NO_CONFIGS)
+    assert "api" not in kinds(hub_env)
+
+
+def test_hub_metadata_is_validated_like_a_file_header() -> None:
+    from remotetensors.formats.hub_metadata import parse_sharded_metadata, serialise_header
+    from remotetensors.formats.safetensors import parse_file, rebase
+
+    data = write_reference({"a": np.ones((2, 3), np.float32), "b": np.zeros(4, np.int8)})
+    n = int.from_bytes(data[:8], "little")
+    header = json.loads(data[8 : 8 + n])
+    body = json.dumps({"index": {"metadata": {"total_size": 28}}, "headers": {"s": header}})
+    provisional = parse_sharded_metadata(body.encode()).headers["s"]
+    real = rebase(provisional, header_length=n, file_size=len(data))
+    assert real == parse_file(data)
+    assert len(serialise_header(header)) % 8 == 0
+    # The same rules as a file's header: a hole between tensors, an unknown dtype, bad sizes.
+    bad_cases = [
+        ("data_offsets", [4, 28], rt.HeaderErrorKind.INVALID_OFFSET),
+        ("dtype", "F33", rt.HeaderErrorKind.INVALID_JSON),
+        ("shape", [2, 4], rt.HeaderErrorKind.INVALID_TENSOR_INFO),
+    ]
+    for key, value, kind in bad_cases:
+        broken = json.loads(json.dumps(header))
+        broken["a"][key] = value
+        payload = json.dumps({"index": {}, "headers": {"s": broken}}).encode()
+        with pytest.raises(rt.HeaderError) as caught:
+            parse_sharded_metadata(payload, location="hf://org/x")
+        assert caught.value.kind == kind
+    # The length prefix and the size the file really has must agree with the header.
+    with pytest.raises(rt.HeaderError) as caught:
+        rebase(provisional, header_length=n, file_size=len(data) + 8)
+    assert caught.value.kind == rt.HeaderErrorKind.INCOMPLETE_BUFFER
+
+
+# --- count parity with huggingface_hub ------------------------------------------------------------
+
+
+def test_counts_equal_huggingface_hub_with_unmapped_tensors_and_both_layouts(
+    hub_env: HubStandIn, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from huggingface_hub import HfApi, constants
+
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "cache"))
+    files, _ = sharded(shards=3)
+    index = json.loads(files["model.safetensors.index.json"])
+    del index["weight_map"]["model.layers.0.norm.weight"]  # still in its shard
+    files["model.safetensors.index.json"] = json.dumps(index).encode()
+    hub_env.add("org/unmapped", files)
+    hub_env.add("org/unmapped2", files)
+    both = dict(files)
+    both["model.safetensors"] = write_reference({"x": np.ones((3, 7), np.float16)})
+    hub_env.add("org/both", both)
+    api = HfApi(endpoint=hub_env.endpoint, token=False)
+    # unmapped: range reads (first model), then the one-call endpoint (second one).
+    for repo in ("org/unmapped", "org/unmapped2", "org/both"):
+        theirs = dict(sorted(api.get_safetensors_metadata(repo).parameter_count.items()))
+        with rt.open_model(f"hf://{repo}", options=NO_CONFIGS) as model:
+            assert model.parameter_count() == theirs, repo
+            if repo == "org/unmapped":  # the index was read (in the endpoint's round)
+                assert model.index.unmapped == ("model.layers.0.norm.weight",)
+                assert "model.layers.0.norm.weight" not in model.tensors
+            elif repo == "org/unmapped2":  # the endpoint alone: no weight map, headers route
+                assert model.index.unmapped == ()
+                assert model.tensors["model.layers.0.norm.weight"].file is not None
+            else:
+                assert model.files == ["model.safetensors"]
+    # A local folder holding both uses the single file too.
+    for name, data in both.items():
+        (tmp_path / name).write_bytes(data)
+    with rt.open_model(tmp_path) as model:
+        assert model.files == ["model.safetensors"]
+
+
+# --- scans --------------------------------------------------------------------------------------
+
+
+def _fleet(hub: HubStandIn, count: int) -> dict[str, dict[str, int]]:
+    """``count`` distinct small repos (single files and sharded ones): location -> counts."""
+    expected = {}
+    files, tensors = sharded(shards=2, layers_per_shard=1)
+    for i in range(count):
+        repo = f"fleet/m{i}"
+        if i % 3 == 0:
+            hub.add(repo, files)
+            expected[f"hf://{repo}"] = expected_counts(tensors)
+        else:
+            hub.add(repo, {"model.safetensors": write_reference({"w": np.ones(i + 1, np.int8)})})
+            expected[f"hf://{repo}"] = {"I8": i + 1}
+    return expected
+
+
+def test_scan_results_errors_and_pickling(hub_env: HubStandIn) -> None:
+    expected = _fleet(hub_env, 6)
+    files, _ = sharded(shards=1)
+    hub_env.add("org/gated", files, gated=True)
+    hub_env.add("org/empty", {"README.md": b"nothing here"})
+    broken = dict(files)
+    broken["model.safetensors.index.json"] = b"{not json"
+    hub_env.add("org/malformed", broken)
+    bad = ["hf://org/absent", "hf://org/gated", "hf://org/empty", "hf://org/malformed", "hf://x"]
+    results = list(rt.scan([*expected, *bad], concurrency=3, options=NO_CONFIGS))
+    assert sorted(r.location for r in results) == sorted([*expected, *bad])
+    by_location = {r.location: r for r in results}
+    for location, counts in expected.items():
+        summary = by_location[location].summary
+        assert summary is not None, by_location[location].error
+        assert summary.by_dtype == counts
+        assert summary.parameters == summary.stored_parameters == sum(counts.values())
+    errors = {r.location: r.error_type for r in results if not r.ok}
+    assert errors == {
+        "hf://org/absent": "NotFoundError",
+        "hf://org/gated": "PermissionDeniedError",
+        "hf://org/empty": "NotFoundError",
+        "hf://org/malformed": "HeaderError",
+        "hf://x": "NotFoundError",  # no org/name: named as such
+    }
+    assert all(r.error and r.summary is None for r in results if not r.ok)
+    for result in results:
+        assert pickle.loads(pickle.dumps(result)) == result
+        assert json.loads(json.dumps(result.as_dict()))["location"] == result.location
+    with rt.open_model("hf://org/gated", token=TOKEN, options=NO_CONFIGS) as model:
+        assert model.num_parameters > 0
+
+
+async def test_scan_async_yields_as_completed(hub_env: HubStandIn) -> None:
+    expected = _fleet(hub_env, 5)
+
+    async def locations() -> AsyncIterator[str]:
+        for location in expected:
+            yield location
+
+    seen = {}
+    async for result in rt.scan_async(locations(), concurrency=2, options=NO_CONFIGS):
+        assert result.summary is not None
+        seen[result.location] = result.summary.by_dtype
+    assert seen == expected
+
+
+def test_scan_of_1000_locations_in_flat_memory(tmp_path: Path) -> None:
+    # Local folders: the machine's CPU, not the network, bounds a 1,000-model scan here; the hub
+    # path (same scan code) is covered by the other scan tests.
+    expected = {}
+    for i in range(1000):
+        folder = tmp_path / f"m{i}"
+        folder.mkdir()
+        (folder / "model.safetensors").write_bytes(
+            write_reference({"w": np.ones(i + 1, np.int8), "b": np.ones(2, np.float16)})
+        )
+        expected[str(folder)] = {"F16": 2, "I8": i + 1}
+    locations = list(expected)
+    results: dict[str, dict[str, int]] = {}
+    small = _peak_scan_bytes(locations[:100], results)
+    large = _peak_scan_bytes(locations, results)
+    assert results == expected  # every result correct
+    # Memory does not grow with the number of locations (bounded in flight, nothing kept).
+    assert large < 1.5 * small + 256 * 1024, (small, large)
+
+
+def _peak_scan_bytes(locations: list[str], results: dict[str, dict[str, int]]) -> int:
+    tracemalloc.start()
+    try:
+        for result in rt.scan(iter(locations), concurrency=16, options=NO_CONFIGS):
+            assert result.summary is not None, result.error
+            results[result.location] = result.summary.by_dtype
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    return peak
+
+
+def test_scan_under_rate_limits_slows_down_and_leaves_no_429_unhandled(
+    hub_env: HubStandIn,
+) -> None:
+    expected = _fleet(hub_env, 60)
+    # 8 requests per 0.5 s window, announced in RateLimit headers; 429 + Retry-After beyond.
+    hub_env.rate_limit = (8, 0.5)
+    results = {}
+    waited = 0.0
+    for result in rt.scan(expected, concurrency=16, options=NO_CONFIGS):
+        assert result.summary is not None, result.error  # every 429 was handled
+        results[result.location] = result.summary.by_dtype
+        waited += result.waited_seconds
+    assert results == expected
+    assert waited > 0  # the limiter held requests back
+
+
+def test_limiter_paces_before_the_limit_and_blocks_after_a_429() -> None:
+    from remotetensors.sources.ratelimit import HostLimiter, parse_structured
+
+    assert parse_structured('"default";r=5;t=30') == {"r": 5.0, "t": 30.0}
+    assert parse_structured("12") == {"": 12.0}
+    limiter = HostLimiter("http://h")
+    limiter.observe(200, {"RateLimit-Policy": '"d";q=100;w=60', "RateLimit": '"d";r=50;t=30'})
+    assert limiter._interval_seconds == 0  # plenty left
+    limiter.observe(200, {"RateLimit": '"d";r=5;t=30'})
+    assert limiter._interval_seconds == pytest.approx(6.0)  # 5 left for 30 s: one per 6 s
+    limiter.observe(200, {"RateLimit": '"d";r=0;t=7'})
+    assert limiter._blocked_until > 0
+    other = HostLimiter("http://g")
+    other.observe(429, {"Retry-After": "3"})
+    assert other.throttled == 1
+    assert other._blocked_until > 0
+
+
+# --- the command line -----------------------------------------------------------------------------
+
+
+def test_cli_scan_table_json_lines_from_file_and_exit_status(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from remotetensors.cli import main
+
+    good = []
+    for i in range(3):
+        folder = tmp_path / f"m{i}"
+        folder.mkdir()
+        (folder / "model.safetensors").write_bytes(write_reference({"w": np.ones(i + 2, np.int8)}))
+        good.append(str(folder))
+    missing = str(tmp_path / "missing")
+    assert main(["params", *good, "--json"]) == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert sorted((d["location"], d["by_dtype"]) for d in lines) == sorted(
+        (g, {"I8": i + 2}) for i, g in enumerate(good)
+    )
+    listing = tmp_path / "list.txt"
+    listing.write_text(f"# models\n{good[0]}\n\n{missing}  # gone\n{good[1]}\n")
+    assert main(["params", "--from-file", str(listing), "--json"]) == 1
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert len(lines) == 3
+    errors = [d for d in lines if "error" in d]
+    assert [d["location"] for d in errors] == [missing]
+    assert errors[0]["error_type"] == "NotFoundError"
+    assert main(["params", good[2], missing]) == 1  # a table, still printing the good one
+    out = capsys.readouterr().out
+    assert good[2] in out
+    assert missing in out
+    assert "NotFoundError" in out
+    assert "2 location(s), 1 failed" in out
+    # One location keeps the single-model output.
+    assert main(["params", good[0], "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["by_dtype"] == {"I8": 2}
+
+
+def test_lazy_shards_serve_dask_after_their_length_is_read(hub_env: HubStandIn) -> None:
+    pytest.importorskip("dask")
+    files, tensors = sharded(shards=2)
+    hub_env.add("org/a", files)
+    hub_env.add("org/b", files)
+    rt.open_model("hf://org/a", options=NO_CONFIGS).close()  # learn the endpoint
+    with rt.open_model("hf://org/b", options=NO_CONFIGS) as model:
+        name = "model.layers.2.mlp.weight"
+        array = model.to_dask([name])[name].compute()  # type: ignore[no-untyped-call]
+        assert array.tobytes() == tensors[name].tobytes()
