@@ -58,9 +58,7 @@ async def read_index(source: ByteSource, options: ReadOptions) -> tuple[FileInde
     return index, data
 
 
-def read_index_now(
-    source: BlockingSource, options: ReadOptions
-) -> tuple[FileIndex, bytes] | None:
+def read_index_now(source: BlockingSource, options: ReadOptions) -> tuple[FileIndex, bytes] | None:
     """:func:`read_index` in the calling thread, for a source with a blocking twin; None for
     a GGUF file, whose header is read in growing windows by the async path."""
     prefix = source.open_prefix_now(options.header_window_bytes)

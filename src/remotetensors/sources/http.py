@@ -28,7 +28,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-import email.utils
 import os
 import random
 import re
@@ -53,7 +52,7 @@ from ..ranges import ByteRange
 from ..redact import redact_url
 from ..status import Retrying, activity, bytes_listener, retrying
 from .base import ByteSource, Prefix
-from .ratelimit import limiter_for
+from .ratelimit import limiter_for, retry_after_seconds
 from .rawhttp import Meter, RawConnectionError, RawProtocolError, RawRangeClient, RawTimeoutError
 from .recipe import SourceRecipe
 from .tls import shared_ssl_context
@@ -63,7 +62,6 @@ if TYPE_CHECKING:
 
 _CONTENT_RANGE = re.compile(r"^\s*bytes\s+(\d+)-(\d+)/(\d+|\*)\s*$", re.IGNORECASE)
 _UNSATISFIED_RANGE = re.compile(r"^\s*bytes\s+\*/(\d+)\s*$", re.IGNORECASE)
-_DELAY_SECONDS = re.compile(r"[0-9]{1,9}")
 _RETRY_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
 
 
@@ -273,6 +271,9 @@ class HttpSource(ByteSource):
         received = 0
         attempt = 0
         while True:
+            # The host's rate limit is waited for outside the attempt, so that waiting is not
+            # taken for a server that is too slow (see _guarded's throughput floor).
+            await limiter_for(self._data_url).acquire()
             try:
                 got = await self._guarded(
                     start + received, end, buffer[received:], first=first, deadline=deadline
@@ -405,7 +406,6 @@ class HttpSource(ByteSource):
             return await self._one_direct_request(direct, start, end, buffer, meter)
         url = self._data_url
         limiter = limiter_for(url)  # shared by the whole process: see .ratelimit
-        await limiter.acquire()
         try:
             async with self._http().stream(
                 "GET", url, headers=self._headers(start, end, first=first)
@@ -468,7 +468,6 @@ class HttpSource(ByteSource):
             return True
 
         limiter = limiter_for(url)
-        await limiter.acquire()
         try:
             answer = await direct.get_into(
                 url, self._headers(start, end, first=False), buffer, accept, meter
@@ -743,20 +742,9 @@ def _retry_after(
     status: int, headers: httpx.Headers, url: str, options: HttpOptions
 ) -> float | None:
     """Seconds that ``Retry-After`` asks for, or None; raises when the wait is too long."""
-    value = headers.get("Retry-After")
-    if value is None:
+    seconds = retry_after_seconds(headers.get("Retry-After"))
+    if seconds is None:
         return None
-    value = value.strip()
-    # Only ASCII digits: str.isdigit() also accepts "²", which float() refuses. A malformed
-    # value is ignored (RFC 9110 lets a recipient do so) and the usual backoff applies.
-    if _DELAY_SECONDS.fullmatch(value):
-        seconds = float(value)
-    else:
-        try:
-            when = email.utils.parsedate_to_datetime(value)
-            seconds = max(0.0, when.timestamp() - time.time())
-        except (TypeError, ValueError, OverflowError, IndexError):
-            return None
     if seconds > options.max_retry_after_seconds:
         raise TransportError(
             f"{redact_url(url)}: HTTP {status}, and the server asks to retry after "

@@ -99,20 +99,27 @@ def parse_structured(value: str) -> dict[str, float]:
     return params
 
 
+_DELAY_SECONDS = re.compile(r"[0-9]+")
+
+
 def retry_after_seconds(value: str | None) -> float | None:
-    """Seconds of a ``Retry-After`` value (delta seconds or an HTTP date), or None."""
+    """Seconds of a ``Retry-After`` value (delta seconds or an HTTP date), or None when it is
+    absent or malformed (RFC 9110 lets a recipient ignore it; the caller's backoff applies).
+
+    Only ASCII digits count as delta seconds: ``str.isdigit()`` also takes "²", and ``float``
+    takes "1e3" and "inf", none of which RFC 9110 allows."""
     if value is None:
         return None
     value = value.strip()
-    with contextlib.suppress(ValueError):
-        return max(0.0, float(value))
+    if _DELAY_SECONDS.fullmatch(value):
+        return float(value)
     import email.utils
 
     try:
         when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
+        return max(0.0, when.timestamp() - time.time())
+    except (TypeError, ValueError, OverflowError, IndexError):
         return None
-    return max(0.0, when.timestamp() - time.time())
 
 
 class HostLimiter:
