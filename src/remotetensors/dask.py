@@ -32,12 +32,16 @@ from .sources.recipe import public_location
 from .sync import run_sync
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     import dask.array as da
+    import dask.bag as db
     import httpx
     import numpy.typing as npt
 
     from .index import TensorInfo
     from .options import ReadOptions
+    from .scan import ScanResult
     from .sources.base import ByteSource
     from .sources.recipe import SourceRecipe
 
@@ -246,3 +250,47 @@ def tensor_to_dask(
         meta=meta,
     )
     return result
+
+
+# --- scans as Dask work ------------------------------------------------------------------------
+
+
+def scan_bag(
+    locations: Iterable[str | os.PathLike[str]],
+    *,
+    partition_size: int = 64,
+    concurrency: int | None = None,
+    **open_model_kwargs: Any,
+) -> db.Bag:
+    """:func:`remotetensors.scan` as a Dask bag of :class:`~remotetensors.scan.ScanResult`.
+
+    Each partition of ``partition_size`` locations is scanned by one worker with ``scan``
+    (``concurrency`` models at once); its requests go through that worker process's per-host
+    rate limiters, shared by every partition the worker runs. Errors are results, as in
+    ``scan``, so one bad location never fails the bag. Keyword arguments (``token``,
+    ``storage_options``, ``options``, ...) travel inside the tasks, never in their names.
+
+    Raises:
+        MissingDependencyError: dask is not installed.
+    """
+    try:
+        import dask.bag
+    except ImportError as exc:
+        raise MissingDependencyError(
+            'scan_bag needs dask: pip install "remotetensors[dask]"', name="dask"
+        ) from exc
+    items = [os.fspath(location) for location in locations]
+    bag: db.Bag = dask.bag.from_sequence(items, partition_size=partition_size)  # type: ignore[no-untyped-call]
+    scanned: db.Bag = bag.map_partitions(  # type: ignore[no-untyped-call]
+        _scan_partition, concurrency=concurrency, open_model_kwargs=open_model_kwargs
+    )
+    return scanned
+
+
+def _scan_partition(
+    locations: Iterable[str], concurrency: int | None, open_model_kwargs: dict[str, Any]
+) -> list[ScanResult]:
+    from .scan import scan
+
+    extra = {} if concurrency is None else {"concurrency": concurrency}
+    return list(scan(locations, **extra, **open_model_kwargs))

@@ -241,3 +241,33 @@ def test_local_files_on_process_workers(client: Any, tmp_path: Any) -> None:
     results = client.compute(arrays, sync=True)
     assert same_bits(results["ids"], tensors["ids"])
     assert same_bits(results["mask"], tensors["mask"])
+
+
+def test_a_scan_runs_as_a_dask_bag_within_each_workers_rate_limit(
+    client: Any, hub: HubStandIn
+) -> None:
+    from remotetensors.dask import scan_bag
+    from tests.integration.test_scan import NO_CONFIGS, _fleet
+
+    expected = _fleet(hub, 40)
+    expected["hf://fleet/missing"] = {}  # one bad location: an error result, not a failed bag
+    hub.rate_limit = (8, 0.5)  # 8 requests per 0.5 s; 429 with Retry-After beyond
+    # The workers were started before this test: give them the stand-in's endpoint.
+    # (A lambda travels by value and runs against the worker's own os.environ.)
+    endpoint = hub.endpoint
+    client.run(lambda: os.environ.__setitem__("HF_ENDPOINT", endpoint))
+    try:
+        bag = scan_bag(expected, partition_size=10, concurrency=4, options=NO_CONFIGS)
+        assert bag.npartitions == 5
+        results = client.compute(bag, sync=True)
+    finally:
+        client.run(lambda: os.environ.pop("HF_ENDPOINT", None))
+    by_location = {r.location: r for r in results}
+    assert set(by_location) == set(expected)
+    missing = by_location.pop("hf://fleet/missing")
+    assert missing.error_type == "NotFoundError", missing.error
+    for location, result in by_location.items():
+        assert result.summary is not None, result.error  # every 429 was handled
+        assert result.summary.by_dtype == expected[location]
+    assert sum(r.waited_seconds for r in by_location.values()) > 0  # the limiters held back
+    assert not [e for e in hub.log.entries if e.status == 429 and e.path.endswith("missing")]
