@@ -25,7 +25,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .assemble import OutputArray
-from .errors import MissingDependencyError
+from .dtypes import DTYPES
+from .errors import MissingDependencyError, UnsupportedDtypeError
 from .fetch import Target, fetch_into
 from .ranges import ByteRange
 from .sources.recipe import public_location
@@ -232,6 +233,12 @@ def tensor_to_dask(
     """
     dask_array = _dask_array()
     from dask.base import tokenize
+
+    if info.dtype not in DTYPES:  # GGUF's block-quantized types dequantize whole blocks
+        raise UnsupportedDtypeError(
+            f"{public_location(recipe.location)}: tensor {info.name} is stored as {info.dtype}, "
+            "which to_dask does not chunk (it reads safetensors dtypes); use get_tensor"
+        )
 
     rows = rows_per_chunk(info, chunk_bytes)
     token = tokenize(

@@ -379,3 +379,14 @@ async def test_open_async_and_a_split_set_that_does_not_add_up(
         rt.open_model(tmp_path / "m-00001-of-00002.gguf")
     assert err.value.kind is rt.HeaderErrorKind.INVALID_METADATA
     assert "split.count says 3" in str(err.value)
+
+
+def test_to_dask_chunks_plain_types_and_names_block_types(gguf_root: dict[str, Any]) -> None:
+    pytest.importorskip("dask.array", reason="the dask extra is not installed")
+    with rt.safe_open(gguf_root["single"]) as f:
+        plain = f.to_dask("blk.0.ffn_gate.weight", chunk_bytes=64)  # 2 rows a chunk
+        assert plain.numblocks[0] == 4
+        computed = plain.compute(scheduler="threads")  # type: ignore[no-untyped-call]
+        np.testing.assert_array_equal(computed, f.get_tensor("blk.0.ffn_gate.weight"))
+        with pytest.raises(rt.UnsupportedDtypeError, match="use get_tensor"):
+            f.to_dask("blk.0.ffn_up.weight")
