@@ -29,7 +29,7 @@ from .dtypes import DTYPES
 from .errors import MissingDependencyError, UnsupportedDtypeError
 from .fetch import Target, fetch_into
 from .ranges import ByteRange
-from .sources.recipe import public_location
+from .redact import redact_url
 from .sync import run_sync
 
 if TYPE_CHECKING:
@@ -224,7 +224,7 @@ def tensor_to_dask(
 ) -> da.Array:
     """A lazy Dask array of tensor ``info`` of the file ``recipe`` opens; no IO here.
 
-    The graph's name holds the tensor name and a hash of the public location, version and byte
+    The graph's name holds the tensor name and a hash of the redacted location, version and byte
     range, never credentials.
 
     Raises:
@@ -236,13 +236,13 @@ def tensor_to_dask(
 
     if info.dtype not in DTYPES:  # GGUF's block-quantized types dequantize whole blocks
         raise UnsupportedDtypeError(
-            f"{public_location(recipe.location)}: tensor {info.name} is stored as {info.dtype}, "
+            f"{redact_url(recipe.location)}: tensor {info.name} is stored as {info.dtype}, "
             "which to_dask does not chunk (it reads safetensors dtypes); use get_tensor"
         )
 
     rows = rows_per_chunk(info, chunk_bytes)
     token = tokenize(
-        public_location(recipe.location), recipe.validator, recipe.size, info.start, info.end, rows
+        redact_url(recipe.location), recipe.validator, recipe.size, info.start, info.end, rows
     )
     name = f"remotetensors-{_UNSAFE.sub('_', info.name)}-{token}"
     tensor = RemoteTensor(recipe, info, options)

@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
-from urllib.parse import urlsplit, urlunsplit
 
 from ..errors import RemoteFileChangedError
+from ..redact import redact_url
 
 if TYPE_CHECKING:
     import httpx
@@ -25,18 +25,6 @@ RecipeKind = Literal["http", "fsspec", "local"]
 
 PIN_CHECK_BYTES = 8
 """What a reopened source asks for first: the length prefix, to learn size and validator."""
-
-
-def public_location(location: str) -> str:
-    """``location`` without userinfo, query or fragment: safe to show in keys, logs and reprs."""
-    if "://" not in location:
-        return location
-    parts = urlsplit(location)
-    host = parts.hostname or ""
-    if ":" in host:  # an IPv6 literal keeps its brackets
-        host = f"[{host}]"
-    netloc = f"{host}:{parts.port}" if parts.port is not None else host
-    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
 
 
 @dataclass(frozen=True)
@@ -66,7 +54,7 @@ class SourceRecipe:
 
     def __repr__(self) -> str:
         return (
-            f"SourceRecipe({self.kind}, {public_location(self.location)}, size={self.size}, "
+            f"SourceRecipe({self.kind}, {redact_url(self.location)}, size={self.size}, "
             f"validator={self.validator})"
         )
 
@@ -101,7 +89,7 @@ class SourceRecipe:
             )
             if changed:
                 raise RemoteFileChangedError(
-                    f"{public_location(self.location)}: the file changed since it was opened "
+                    f"{redact_url(self.location)}: the file changed since it was opened "
                     f"(expected size {self.size}, validator {self.validator}; "
                     f"found size {prefix.size}, validator {prefix.validator})"
                 )
