@@ -108,14 +108,7 @@ def parse_header(header: bytes, *, file_size: int, location: str = "<bytes>") ->
     Raises:
         HeaderError: with the ``kind`` of the first rule that fails.
     """
-    try:
-        text = header.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise HeaderError(
-            HeaderErrorKind.INVALID_UTF8,
-            f"byte {exc.start} of the header is not valid UTF-8",
-            location=location,
-        ) from None
+    text = _decode_utf8(header, location)
     fast = _read_json_fast(text)
     if fast is not None:
         metadata, entries = fast
@@ -134,6 +127,17 @@ def parse_header(header: bytes, *, file_size: int, location: str = "<bytes>") ->
     return FileIndex(tensors, metadata, len(header), file_size, "safetensors")
 
 
+def _decode_utf8(header: bytes, location: str) -> str:
+    try:
+        return header.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise HeaderError(
+            HeaderErrorKind.INVALID_UTF8,
+            f"byte {exc.start} of the header is not valid UTF-8",
+            location=location,
+        ) from None
+
+
 def parse_header_unsized(header: bytes, *, location: str = "<bytes>") -> FileIndex:
     """Parse and validate a header whose file has not been seen yet (the hub's one-call
     metadata gives header objects without their files): every rule of :func:`parse_header`
@@ -147,14 +151,7 @@ def parse_header_unsized(header: bytes, *, location: str = "<bytes>") -> FileInd
     Raises:
         HeaderError: with the ``kind`` of the first rule that fails.
     """
-    try:
-        text = header.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise HeaderError(
-            HeaderErrorKind.INVALID_UTF8,
-            f"byte {exc.start} of the header is not valid UTF-8",
-            location=location,
-        ) from None
+    text = _decode_utf8(header, location)
     try:
         _, entries = _read_json(text)
     except strict_json.StrictJSONError as exc:
