@@ -13,12 +13,10 @@ import subprocess
 import sys
 import termios
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pytest
 
 from tests.reference import write_reference
 from tests.servers import FaultyServer
@@ -73,15 +71,6 @@ def screen_lines(output: str) -> list[str]:
     for raw in output.replace("\r\n", "\n").split("\n"):
         lines.append(_ESCAPE.sub("", raw.split("\r")[-1]))
     return lines
-
-
-@pytest.fixture
-def faulty() -> Iterator[FaultyServer]:
-    server = FaultyServer()
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 def test_ls_never_cuts_names_in_80_columns(faulty: FaultyServer) -> None:

@@ -173,14 +173,7 @@ def rebase(
     """
     shift = header_length - provisional.header_length
     data_end = provisional.file_size - provisional.data_offset
-    expected = PREFIX_BYTES + header_length + data_end
-    if expected != file_size:
-        raise HeaderError(
-            HeaderErrorKind.INCOMPLETE_BUFFER,
-            f"the header describes {expected} bytes (8 + header {header_length} + data "
-            f"{data_end}) but the file has {file_size}",
-            location=location,
-        )
+    _check_file_size(header_length, data_end, file_size, location)
     tensors = {
         name: TensorInfo(info.name, info.dtype, info.shape, info.start + shift, info.end + shift)
         for name, info in provisional.tensors.items()
@@ -446,6 +439,11 @@ def _check_coverage(
     ordered: list[tuple[str, _Entry]], *, header_length: int, file_size: int, location: str
 ) -> None:
     data_end = ordered[-1][1][3] if ordered else 0
+    _check_file_size(header_length, data_end, file_size, location)
+
+
+def _check_file_size(header_length: int, data_end: int, file_size: int, location: str) -> None:
+    """8 + N + the data's end must be the file's size, to the byte."""
     expected = PREFIX_BYTES + header_length + data_end
     if expected != file_size:
         raise HeaderError(

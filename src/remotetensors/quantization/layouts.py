@@ -132,10 +132,9 @@ class _Counter:
         if q is None:
             return None
         prefix = _split(name)[0]
-        if q.method == "mlx":
-            override = q.config.get(prefix)
-            if isinstance(override, Mapping):
-                return int_or_none(override.get("bits"))
+        override = self._mlx_override(prefix)
+        if override is not None:
+            return int_or_none(override.get("bits"))
         expert = self.expert_bits(name)
         if expert:
             return expert
@@ -147,12 +146,17 @@ class _Counter:
         q = self.q
         if q is None:
             return None
-        prefix = _split(name)[0]
-        if q.method == "mlx":
-            override = q.config.get(prefix)
-            if isinstance(override, Mapping):
-                return int_or_none(override.get("group_size"))
+        override = self._mlx_override(_split(name)[0])
+        if override is not None:
+            return int_or_none(override.get("group_size"))
         return q.group_size
+
+    def _mlx_override(self, module: str) -> Mapping[str, Any] | None:
+        """MLX's per-module block (``{"bits": …, "group_size": …}``) for ``module``, if any."""
+        if self.q is None or self.q.method != "mlx":
+            return None
+        override = self.q.config.get(module)
+        return override if isinstance(override, Mapping) else None
 
     def compressed_bits(self, module: str) -> int | None:
         assert self.q is not None
