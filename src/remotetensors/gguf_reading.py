@@ -24,7 +24,7 @@ from .errors import MissingDependencyError, SliceError, UnsupportedDtypeError
 from .fetch import Target, gather_or_cancel
 from .formats.gguf import GGML_TYPES_BY_NAME, HeaderParser, NeedMore, next_read_end
 from .frameworks import convert
-from .index import FileIndex, ModelIndex
+from .index import FileIndex, ModelIndex, Row, TensorTable, placed
 from .ranges import ByteRange
 from .reader import AsyncTensorFile
 
@@ -217,8 +217,6 @@ async def open_parts(
 def join_parts(files: dict[str, AsyncTensorFile]) -> ModelIndex:
     """One model index over split parts; the metadata is the first part's (it holds the
     tokenizer and the model's keys; later parts hold only ``split.*``)."""
-    from dataclasses import replace
-
     from .errors import HeaderError, HeaderErrorKind
 
     first = next(iter(files.values()))
@@ -229,17 +227,19 @@ def join_parts(files: dict[str, AsyncTensorFile]) -> ModelIndex:
             f"split.count says {declared} parts but {len(files)} were named: {', '.join(files)}",
             location=first.location,
         )
-    tensors: dict[str, TensorInfo] = {}
+    rows: dict[str, Row] = {}
     for name, file in files.items():
-        for tensor, info in file.index.tensors.items():
-            if tensor in tensors:
+        for tensor, row in file.index.tensors.rows().items():
+            if tensor in rows:
                 raise HeaderError(
                     HeaderErrorKind.DUPLICATE_NAME,
-                    f"tensor {tensor!r} is in both {tensors[tensor].file} and {name}",
+                    f"tensor {tensor!r} is in both {rows[tensor][4]} and {name}",
                     location=file.location,
                 )
-            tensors[tensor] = replace(info, file=name)
-    return ModelIndex({n: f.index for n, f in files.items()}, tensors, first.index.metadata)
+            rows[tensor] = placed(row, name)
+    return ModelIndex(
+        {n: f.index for n, f in files.items()}, TensorTable(rows), first.index.metadata
+    )
 
 
 async def find_gguf(location: str, place: Place) -> list[str] | None:

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from .errors import FileClosedError, HeaderError, HeaderErrorKind
 from .formats.hub_metadata import ShardedMetadata, parse_sharded_metadata
 from .formats.safetensors import PREFIX_BYTES, header_length, rebase
-from .index import FileIndex, ModelIndex, TensorInfo
+from .index import FileIndex, ModelIndex, Row, TensorInfo, TensorTable, placed
 from .options import DEFAULT_CHUNK_BYTES
 from .reader import AsyncTensorFile, AsyncTensorSlice
 from .sources.hubapi import MetadataAnswer, endpoint_support, fetch_sharded_metadata
@@ -109,24 +109,24 @@ def build(
         HeaderError: the weight map names a shard or tensor that the headers do not hold.
     """
     headers = metadata.headers
-    tensors: dict[str, TensorInfo] = {}
+    rows: dict[str, Row] = {}
     if shard_index is not None:
         for tensor, file in shard_index.weight_map.items():
-            info = headers[file].tensors.get(tensor) if file in headers else None
-            if info is None:
+            row = headers[file].tensors.rows().get(tensor) if file in headers else None
+            if row is None:
                 raise HeaderError(
                     HeaderErrorKind.INVALID_TENSOR_INFO,
                     f"the weight map puts tensor `{tensor}` in {file}, but the hub's metadata "
                     "for that file has no such tensor",
                     location=place.location(index_name),
                 )
-            tensors[tensor] = _with_file(info, file)
+            rows[tensor] = placed(row, file)
         owner = shard_index.weight_map
     else:
         for file, index in headers.items():
-            for name, info in index.tensors.items():
-                tensors.setdefault(name, _with_file(info, file))
-        owner = {name: info.file or "" for name, info in tensors.items()}
+            for name, row in index.tensors.rows().items():
+                rows.setdefault(name, placed(row, file))
+        owner = {name: row[4] or "" for name, row in rows.items()}
     unmapped = tuple(
         sorted(
             name
@@ -142,11 +142,7 @@ def build(
     model_metadata: dict[str, Any] | None = (
         shard_index.metadata if shard_index is not None else metadata.metadata
     )
-    return files, ModelIndex(dict(headers), tensors, model_metadata, unmapped)
-
-
-def _with_file(info: TensorInfo, file: str) -> TensorInfo:
-    return TensorInfo(info.name, info.dtype, info.shape, info.start, info.end, file)
+    return files, ModelIndex(dict(headers), TensorTable(rows), model_metadata, unmapped)
 
 
 class LazyTensorFile(AsyncTensorFile):

@@ -6,7 +6,8 @@ All values are frozen. Byte offsets are absolute positions in the file; ``end`` 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+import operator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
@@ -71,6 +72,105 @@ def with_file(info: TensorInfo, file: str) -> TensorInfo:
     return TensorInfo(info.name, info.dtype, info.shape, info.start, info.end, file)
 
 
+Row = tuple[str, tuple[int, ...], int, int, "str | None"]
+"""One tensor as a plain tuple: ``(dtype, shape, start, end, file)``, the fields of
+:class:`TensorInfo` after its name."""
+
+
+class TensorTable(Mapping[str, TensorInfo]):
+    """An immutable ``name -> TensorInfo`` map that keeps each tensor as a :data:`Row` and makes
+    its :class:`TensorInfo` on first access (then keeps it, so the same name gives the same
+    object).
+
+    Why: a frozen dataclass costs 1-2 us to build, and opening a file with 100k tensors would
+    build 100k of them (twice for a model: the file's, then the model's with ``file`` set)
+    although counting parameters needs none. The counters below read the rows directly.
+    Iteration order is the rows' order.
+    """
+
+    __slots__ = ("_infos", "_rows")
+
+    def __init__(self, rows: dict[str, Row]) -> None:
+        """Take ``rows`` over (it is not copied: the caller must not change it afterwards)."""
+        self._rows = rows
+        self._infos: dict[str, TensorInfo] = {}
+
+    @classmethod
+    def of(cls, tensors: Mapping[str, TensorInfo]) -> TensorTable:
+        """A table of ``tensors`` (itself when it is one already)."""
+        if isinstance(tensors, TensorTable):
+            return tensors
+        table = cls({n: (i.dtype, i.shape, i.start, i.end, i.file) for n, i in tensors.items()})
+        table._infos.update(tensors)
+        return table
+
+    def __getitem__(self, name: str) -> TensorInfo:
+        info = self._infos.get(name)
+        if info is None:
+            dtype, shape, start, end, file = self._rows[name]
+            info = self._infos[name] = TensorInfo(name, dtype, shape, start, end, file)
+        return info
+
+    def get(self, name: str, default: Any = None) -> Any:  # Mapping's goes through KeyError
+        return self[name] if name in self._rows else default
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._rows
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._rows)
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def __repr__(self) -> str:
+        return f"TensorTable({len(self._rows)} tensors)"
+
+    def __reduce__(self) -> tuple[type[TensorTable], tuple[dict[str, Row]]]:
+        return (TensorTable, (self._rows,))
+
+    def rows(self) -> Mapping[str, Row]:
+        """The rows, read-only, in the table's order."""
+        return MappingProxyType(self._rows)
+
+    def with_file(self, file: str, *, by_name: bool = False) -> TensorTable:
+        """The same tensors placed in ``file`` (of a model); sorted by name if ``by_name``."""
+        items: Iterable[tuple[str, Row]] = self._rows.items()
+        if by_name:
+            items = sorted(items, key=_first)
+        return TensorTable({name: placed(row, file) for name, row in items})
+
+    def parameter_count(self) -> dict[str, int]:
+        """Elements per dtype name, ordered by dtype name; see :func:`parameter_count`."""
+        counts: dict[str, int] = {}
+        for name, shape, _, _, _ in self._rows.values():
+            counts[name] = counts.get(name, 0) + math.prod(shape)
+        return dict(sorted(counts.items()))
+
+    @property
+    def num_parameters(self) -> int:
+        """Total number of elements."""
+        return sum(map(math.prod, map(_shape, self._rows.values())))
+
+    @property
+    def nbytes(self) -> int:
+        """Total bytes of tensor data."""
+        rows = self._rows.values()
+        return int(sum(map(_end, rows)) - sum(map(_start, rows)))
+
+
+_first = operator.itemgetter(0)
+_shape = operator.itemgetter(1)
+_start = operator.itemgetter(2)
+_end = operator.itemgetter(3)
+
+
+def placed(row: Row, file: str) -> Row:
+    """``row`` of a tensor placed in ``file`` (of a model)."""
+    dtype_name, shape, start, end, _ = row
+    return (dtype_name, shape, start, end, file)
+
+
 def parameter_count(tensors: Iterable[TensorInfo]) -> dict[str, int]:
     """Elements summed per dtype name, the rule the Hugging Face Hub uses for its counts.
 
@@ -97,21 +197,21 @@ class _Totals:
     """Counts over ``self.tensors``, shared by file and model indexes."""
 
     __slots__ = ()
-    tensors: Mapping[str, TensorInfo]
+    tensors: TensorTable
 
     def parameter_count(self) -> dict[str, int]:
         """Elements per dtype name (the hub's rule); see :func:`parameter_count`."""
-        return parameter_count(self.tensors.values())
+        return self.tensors.parameter_count()
 
     @property
     def num_parameters(self) -> int:
         """Total number of elements over all tensors."""
-        return sum(info.num_elements for info in self.tensors.values())
+        return self.tensors.num_parameters
 
     @property
     def nbytes(self) -> int:
         """Total bytes of tensor data."""
-        return sum(info.nbytes for info in self.tensors.values())
+        return self.tensors.nbytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,20 +229,21 @@ class FileIndex(_Totals):
         prefix_bytes: bytes before the header (the 8-byte length; 0 for GGUF).
     """
 
-    tensors: Mapping[str, TensorInfo]
+    tensors: TensorTable
     metadata: Mapping[str, Any] | None
     header_length: int
     file_size: int
     format: str = "safetensors"
     prefix_bytes: int = 8
-    _sorted_names: tuple[str, ...] = field(init=False, repr=False, compare=False)
+    _sorted_names: tuple[str, ...] | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
 
     def __post_init__(self) -> None:
-        # Read-only views, so a shared index cannot be changed by one of its users.
-        object.__setattr__(self, "tensors", MappingProxyType(dict(self.tensors)))
+        # Read-only, so a shared index cannot be changed by one of its users (a TensorTable is).
+        object.__setattr__(self, "tensors", TensorTable.of(self.tensors))
         if self.metadata is not None:
             object.__setattr__(self, "metadata", MappingProxyType(dict(self.metadata)))
-        object.__setattr__(self, "_sorted_names", tuple(sorted(self.tensors)))
 
     @property
     def data_offset(self) -> int:
@@ -151,6 +252,9 @@ class FileIndex(_Totals):
 
     def keys(self) -> list[str]:
         """Tensor names, sorted (like ``safetensors.safe_open.keys()``)."""
+        if self._sorted_names is None:  # sorted when first asked: counting never asks
+            object.__setattr__(self, "_sorted_names", tuple(sorted(self.tensors)))
+        assert self._sorted_names is not None
         return list(self._sorted_names)
 
     def offset_keys(self) -> list[str]:
@@ -190,36 +294,48 @@ class ModelIndex(_Totals):
     """
 
     files: Mapping[str, FileIndex]
-    tensors: Mapping[str, TensorInfo]
+    tensors: TensorTable
     metadata: Mapping[str, object] | None
     unmapped: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "files", MappingProxyType(dict(self.files)))
-        object.__setattr__(self, "tensors", MappingProxyType(dict(sorted(self.tensors.items()))))
+        tensors = TensorTable.of(self.tensors)
+        if not _is_sorted(tensors):
+            tensors = TensorTable(dict(sorted(tensors.rows().items(), key=_first)))
+        object.__setattr__(self, "tensors", tensors)
+
+    @classmethod
+    def of_file(cls, name: str, file: FileIndex) -> ModelIndex:
+        """The model of a single file ``name``."""
+        return cls({name: file}, file.tensors.with_file(name, by_name=True), file.metadata)
 
     def keys(self) -> list[str]:
         """Tensor names, sorted."""
         return list(self.tensors)
 
-    def _all_tensors(self) -> Iterable[TensorInfo]:
+    def _tables(self) -> list[TensorTable]:
         if not self.unmapped:
-            return self.tensors.values()
-        return (info for file in self.files.values() for info in file.tensors.values())
+            return [self.tensors]
+        return [file.tensors for file in self.files.values()]
 
     def parameter_count(self) -> dict[str, int]:
         """Elements per dtype name over every file's tensors (the hub's rule)."""
-        return parameter_count(self._all_tensors())
+        counts: dict[str, int] = {}
+        for table in self._tables():
+            for name, count in table.parameter_count().items():
+                counts[name] = counts.get(name, 0) + count
+        return dict(sorted(counts.items()))
 
     @property
     def num_parameters(self) -> int:
         """Total number of elements over every file's tensors."""
-        return sum(info.num_elements for info in self._all_tensors())
+        return sum(table.num_parameters for table in self._tables())
 
     @property
     def nbytes(self) -> int:
         """Total bytes of tensor data over every file."""
-        return sum(info.nbytes for info in self._all_tensors())
+        return sum(table.nbytes for table in self._tables())
 
     @property
     def header_bytes(self) -> int:
@@ -232,3 +348,9 @@ class ModelIndex(_Totals):
         return html_view(
             f"model in {len(self.files)} file(s)", self.tensors.values(), show_files=True
         )
+
+
+def _is_sorted(names: Iterable[str]) -> bool:
+    """Whether ``names`` come in ascending order (one pass at C speed, no sort)."""
+    listed = list(names)
+    return all(map(operator.le, listed, listed[1:]))

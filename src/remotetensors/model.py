@@ -37,7 +37,7 @@ from .formats.gguf import split_names
 from .formats.index_json import ShardIndex, parse_index
 from .gguf_reading import find_gguf, join_parts, open_parts
 from .hub_onecall import LazyTensorFile
-from .index import FileIndex, ModelIndex, TensorInfo, with_file
+from .index import FileIndex, ModelIndex, Row, TensorInfo, TensorTable, placed
 from .memory import MemoryEstimate, estimate_memory
 from .opening import Opening
 from .options import DEFAULT_CHUNK_BYTES, ReadOptions
@@ -114,11 +114,12 @@ class AsyncModel:
     def _file_opened(self, name: str, real: FileIndex) -> None:
         """A lazily opened shard (see :mod:`.hub_onecall`) now has its final offsets."""
         files = {**self.index.files, name: real}
-        tensors = {
-            n: (replace(real.tensors[n], file=name) if info.file == name else info)
-            for n, info in self.index.tensors.items()
+        real_rows = real.tensors.rows()
+        rows = {
+            n: (placed(real_rows[n], name) if row[4] == name else row)
+            for n, row in self.index.tensors.rows().items()
         }
-        self.index = ModelIndex(files, tensors, self.index.metadata, self.index.unmapped)
+        self.index = ModelIndex(files, TensorTable(rows), self.index.metadata, self.index.unmapped)
 
     async def open_shards(self, names: str | Iterable[str]) -> None:
         """Make the offsets of the shards holding ``names`` final (shards known from the hub's
@@ -498,9 +499,7 @@ async def _no_configs() -> ConfigFiles:
 
 
 def _single(location: str, name: str, file: AsyncTensorFile) -> AsyncModel:
-    tensors = {n: with_file(info, name) for n, info in file.index.tensors.items()}
-    index = ModelIndex({name: file.index}, tensors, file.index.metadata)
-    return AsyncModel(location, {name: file}, index)
+    return AsyncModel(location, {name: file}, ModelIndex.of_file(name, file.index))
 
 
 async def _discover(
@@ -638,10 +637,11 @@ async def _open_sharded(
     finally:
         shown.close()
     files = {file: opened[file] for file in by_file}
-    tensors: dict[str, TensorInfo] = {}
+    rows_by_file = {file: f.index.tensors.rows() for file, f in files.items()}
+    rows: dict[str, Row] = {}
     for tensor, file in weight_map.items():
-        info = files[file].index.tensors.get(tensor)
-        if info is None:
+        row = rows_by_file[file].get(tensor)
+        if row is None:
             await asyncio.gather(*(f.aclose() for f in files.values()))
             raise HeaderError(
                 HeaderErrorKind.INVALID_TENSOR_INFO,
@@ -649,7 +649,7 @@ async def _open_sharded(
                 "tensor",
                 location=redact_url(place.location(INDEX_FILE)),
             )
-        tensors[tensor] = with_file(info, file)
+        rows[tensor] = placed(row, file)
     unmapped = tuple(
         sorted(
             name
@@ -659,7 +659,7 @@ async def _open_sharded(
         )
     )
     file_indexes: dict[str, FileIndex] = {file: f.index for file, f in files.items()}
-    index = ModelIndex(file_indexes, tensors, shard_index.metadata, unmapped)
+    index = ModelIndex(file_indexes, TensorTable(rows), shard_index.metadata, unmapped)
     return AsyncModel(location, files, index)
 
 

@@ -14,7 +14,7 @@ from remotetensors.display import (
     tree_html,
     tree_text,
 )
-from remotetensors.index import FileIndex, ModelIndex, TensorInfo
+from remotetensors.index import FileIndex, ModelIndex, TensorInfo, TensorTable
 from remotetensors.quantization import count_parameters
 from remotetensors.tree import (
     Leaf,
@@ -224,7 +224,7 @@ def test_a_quantized_model_marks_packed_and_auxiliary_tensors() -> None:
 
 def test_views_of_indexes_and_json() -> None:
     infos = decoder(3)
-    tensors = {i.name: i for i in infos}
+    tensors = TensorTable.of({i.name: i for i in infos})
     file = FileIndex(tensors, None, 0, infos[-1].end)
     model = ModelIndex({"a": file}, tensors, None)
     assert "model.layers.[0-2]" in file._repr_html_()

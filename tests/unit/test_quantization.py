@@ -11,8 +11,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from remotetensors.index import TensorInfo
-from remotetensors.quantization import AUXILIARY, WEIGHT, count_parameters, describe_quantization
+from remotetensors.index import TensorInfo, TensorTable
+from remotetensors.quantization import (
+    AUXILIARY,
+    WEIGHT,
+    count_parameters,
+    describe_quantization,
+    layouts,
+)
 from tests import quantized as q
 
 
@@ -345,3 +351,54 @@ def test_blocks_without_a_method_name() -> None:
     assert found is not None
     assert found.method == "fp_quant"  # as the config says, lowercased
     assert "unknown quantization method 'FP_Quant'" in problems[0]
+
+
+# --- the plain path: a model no layout applies to, counted at C speed -------------------------
+
+
+def assert_both_paths_agree(spec: q.Spec, config: dict[str, Any] | None = None) -> Any:
+    """The count from a :class:`TensorTable` (which may take the plain path) equals the one the
+    layout pass gives the same tensors as a dict, object for object."""
+    tensors = infos(spec)
+    slow = count_parameters(tensors, config, metadata={"total_parameters": "7"})
+    fast = count_parameters(TensorTable.of(tensors), config, metadata={"total_parameters": "7"})
+    assert fast == slow
+    assert list(fast.tensors.raw_items()) == list(slow.tensors.raw_items())
+    return fast
+
+
+def test_plain_models_take_the_plain_path_with_the_same_result(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    calls: list[int] = []
+    monkeypatch.setattr(layouts._Counter, "run", lambda self: calls.append(1))
+    spec = q.float_spec(ARCH)
+    count_parameters(TensorTable.of(infos(spec)), ARCH.config())
+    assert calls == []  # the layout pass never ran
+    monkeypatch.undo()
+    result = assert_both_paths_agree(spec, ARCH.config())
+    assert result.total == q.float_count(ARCH)
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        ("model.layers.0.mlp.down_proj.scales_e8m0", ("F8_E8M0", (ARCH.hidden, 12))),
+        ("model.layers.0.mlp.down_proj.weight_packed", ("F16", (ARCH.hidden, 12))),
+        ("model.layers.0.mlp.experts.gate_up_proj_blocks", ("U8", (4, 8, 16))),
+        ("model.layers.0.self_attn.q_proj.qweight", ("I32", (8, ARCH.hidden))),
+        ("model.layers.0.self_attn.q_proj.weight", ("U32", (ARCH.hidden, 8))),
+        ("model.layers.0.self_attn.k_proj.weight", ("F8_E4M3", (8, ARCH.hidden))),
+    ],
+)
+def test_anything_a_layout_looks_at_leaves_the_plain_path(extra: tuple[str, Any]) -> None:
+    spec = q.float_spec(ARCH)
+    name, value = extra
+    spec[name] = value
+    assert_both_paths_agree(spec)
+
+
+def test_a_config_naming_a_method_leaves_the_plain_path() -> None:
+    spec, config = q.gptq(ARCH)
+    assert_both_paths_agree(q.float_spec(ARCH), config)
+    assert_both_paths_agree(spec, config)

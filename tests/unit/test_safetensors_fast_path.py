@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from hypothesis import given
 
+from remotetensors.errors import HeaderError
 from remotetensors.formats import safetensors as fmt
 from remotetensors.formats.strict_json import StrictJSONError
 from remotetensors.index import FileIndex
@@ -34,15 +35,42 @@ def header_text(data: bytes) -> str | None:
 
 def assert_fast_path_sound(text: str) -> bool:
     """The fast path's answer, if any, is the strict reader's; returns whether it answered."""
-    fast = fmt._read_json_fast(text)
-    if fast is None:
+    columns = fmt._read_json_fast(text)
+    if columns is None:
         return False
     try:
         strict = fmt._read_json(text)
     except StrictJSONError as exc:
         raise AssertionError(f"fast path accepts what the strict reader rejects: {exc}") from None
+    fast = fmt._entries(columns)
     assert fast == strict
     assert list(fast[1]) == list(strict[1])  # same order: it decides ties in data order
+    assert_rows_sound(columns)
+    return True
+
+
+def assert_rows_sound(columns: Any, data_offset: int = 100) -> bool:
+    """The column-wise offset and size check accepts only what the rule-by-rule check accepts,
+    with the same order and offsets; returns whether it answered."""
+    fast = fmt._rows_fast(columns, data_offset)
+    _, entries = fmt._entries(columns)
+    try:
+        ordered = fmt._check_offsets_and_sizes(entries, "x")
+    except HeaderError as exc:
+        rejected: HeaderError | None = exc
+    else:
+        rejected = None
+    if rejected is not None:
+        assert fast is None, f"the fast check accepts what the rules reject: {rejected}"
+        return False
+    if fast is None:
+        return False
+    rows, data_end = fast
+    assert list(rows.items()) == [
+        (name, (dtype, shape, data_offset + begin, data_offset + stop, None))
+        for name, (dtype, shape, begin, stop) in ordered
+    ]
+    assert data_end == (ordered[-1][1][3] if ordered else 0)
     return True
 
 
@@ -122,3 +150,38 @@ def test_both_paths_give_the_same_index_for_a_big_header() -> None:
     assert assert_fast_path_sound(text)
     index = fmt.parse_file(data)
     assert list(index.tensors) == sorted(tensors, key=lambda k: json.loads(text)[k]["data_offsets"])
+
+
+def entry(dtype: str, shape: list[int], begin: int, stop: int) -> str:
+    return json.dumps({"dtype": dtype, "shape": shape, "data_offsets": [begin, stop]})
+
+
+@pytest.mark.parametrize(
+    ("tensors", "fast"),
+    [
+        # In order, out of order, one tensor: proven at C speed.
+        ([("a", "F32", [2], 0, 8), ("b", "F16", [3], 8, 14)], True),
+        ([("b", "F16", [3], 8, 14), ("a", "F32", [2], 0, 8)], True),
+        ([("a", "U8", [], 0, 1)], True),
+        # Tensors with no elements (ties in start): left to the rules, which accept them.
+        ([("a", "F32", [0], 0, 0), ("b", "F32", [1], 0, 4), ("c", "F32", [0, 5], 4, 4)], False),
+        ([("a", "F32", [2**40, 0, 2**40], 0, 0)], False),
+        # A hole, an overlap, a start past its end, a wrong size, half a byte, an overflow.
+        ([("a", "F32", [1], 0, 4), ("b", "F32", [1], 5, 9)], False),
+        ([("a", "F32", [2], 0, 8), ("b", "F32", [1], 4, 8)], False),
+        ([("a", "F32", [1], 4, 0)], False),
+        ([("a", "F32", [2], 0, 4)], False),
+        ([("a", "F4", [3], 0, 1)], False),
+        ([("a", "F32", [2**62, 2], 0, 2**64 - 1)], False),
+        ([("a", "F64", [2**61], 0, 2**64 - 1)], False),
+    ],
+)
+def test_offsets_and_sizes_checked_by_columns(
+    tensors: list[tuple[str, str, list[int], int, int]], fast: bool
+) -> None:
+    text = "{" + ",".join(f"{json.dumps(t[0])}:{entry(*t[1:])}" for t in tensors) + "}"
+    columns = fmt._read_json_fast(text)
+    assert columns is not None
+    assert assert_rows_sound(columns) is fast
+    data_end = max(stop for *_, stop in tensors)
+    assert_agrees(raw_file(text, b"\0" * min(data_end, 64)))  # huge ones fail before size

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from ..dtypes import DTYPES
 from ..errors import HeaderError, HeaderErrorKind
-from ..index import FileIndex, TensorInfo
+from ..index import FileIndex, TensorInfo, TensorTable
 from .safetensors import PREFIX_BYTES
 
 DTYPE_ORDER = (
@@ -137,7 +137,7 @@ def parse_header(header: bytes, *, file_size: int, location: str = "<bytes>") ->
             f"{running_end}) but the file has {file_size}",
             location=location,
         )
-    return FileIndex(tensors, metadata, len(header), file_size, "bintensors")
+    return FileIndex(TensorTable.of(tensors), metadata, len(header), file_size, "bintensors")
 
 
 def _overflow(name: str, dtype: str, shape: tuple[int, ...], location: str) -> None:

@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import HeaderError, HeaderErrorKind
-from ..index import FileIndex, TensorInfo
+from ..index import FileIndex, TensorInfo, TensorTable
 
 MAGIC = b"GGUF"
 SUPPORTED_VERSIONS = (2, 3)
@@ -261,7 +261,14 @@ class GGUFHeader:
             )
             for t in infos
         }
-        return FileIndex(tensors, self.metadata, self.data_start, file_size, "gguf", prefix_bytes=0)
+        return FileIndex(
+            TensorTable.of(tensors),
+            self.metadata,
+            self.data_start,
+            file_size,
+            "gguf",
+            prefix_bytes=0,
+        )
 
 
 @dataclass(frozen=True, slots=True)
