@@ -9,6 +9,7 @@ import math
 import operator
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from itertools import compress
 from types import MappingProxyType
 from typing import Any
 
@@ -84,16 +85,31 @@ class TensorTable(Mapping[str, TensorInfo]):
 
     Why: a frozen dataclass costs 1-2 us to build, and opening a file with 100k tensors would
     build 100k of them (twice for a model: the file's, then the model's with ``file`` set)
-    although counting parameters needs none. The counters below read the rows directly.
-    Iteration order is the rows' order.
+    although counting parameters needs none. The counters below read the rows at C speed, and
+    a model of one file shares its file's rows (see :meth:`placed_in`).
+
+    Iteration follows the rows' order, or name order for a table made with ``by_name``.
     """
 
-    __slots__ = ("_infos", "_rows")
+    __slots__ = ("_by_name", "_counts", "_file", "_infos", "_names_text", "_order", "_rows")
 
-    def __init__(self, rows: dict[str, Row]) -> None:
-        """Take ``rows`` over (it is not copied: the caller must not change it afterwards)."""
+    def __init__(
+        self, rows: dict[str, Row], *, file: str | None = None, by_name: bool = False
+    ) -> None:
+        """Take ``rows`` over (not copied: nobody may change it afterwards).
+
+        Args:
+            rows: name -> row.
+            file: when given, every tensor's file, whatever its row says.
+            by_name: iterate in name order (sorted when first iterated) instead of row order.
+        """
         self._rows = rows
+        self._file = file
+        self._by_name = by_name
+        self._order: list[str] | None = None
         self._infos: dict[str, TensorInfo] = {}
+        self._counts: dict[str, int] | None = None
+        self._names_text: str | None = None
 
     @classmethod
     def of(cls, tensors: Mapping[str, TensorInfo]) -> TensorTable:
@@ -104,11 +120,23 @@ class TensorTable(Mapping[str, TensorInfo]):
         table._infos.update(tensors)
         return table
 
+    def placed_in(self, file: str) -> TensorTable:
+        """The same tensors in ``file`` (of a model), in name order; shares these rows."""
+        return TensorTable(self._rows, file=file, by_name=True)
+
+    def by_name(self) -> TensorTable:
+        """The same tensors in name order (itself when it is in name order already)."""
+        if self._by_name:
+            return self
+        return TensorTable(self._rows, file=self._file, by_name=True)
+
     def __getitem__(self, name: str) -> TensorInfo:
         info = self._infos.get(name)
         if info is None:
-            dtype, shape, start, end, file = self._rows[name]
-            info = self._infos[name] = TensorInfo(name, dtype, shape, start, end, file)
+            dtype_name, shape, start, end, file = self._rows[name]
+            if self._file is not None:
+                file = self._file
+            info = self._infos[name] = TensorInfo(name, dtype_name, shape, start, end, file)
         return info
 
     def get(self, name: str, default: Any = None) -> Any:  # Mapping's goes through KeyError
@@ -118,7 +146,11 @@ class TensorTable(Mapping[str, TensorInfo]):
         return name in self._rows
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self._rows)
+        if not self._by_name:
+            return iter(self._rows)
+        if self._order is None:
+            self._order = sorted(self._rows)
+        return iter(self._order)
 
     def __len__(self) -> int:
         return len(self._rows)
@@ -126,43 +158,65 @@ class TensorTable(Mapping[str, TensorInfo]):
     def __repr__(self) -> str:
         return f"TensorTable({len(self._rows)} tensors)"
 
-    def __reduce__(self) -> tuple[type[TensorTable], tuple[dict[str, Row]]]:
-        return (TensorTable, (self._rows,))
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_table, (self._rows, self._file, self._by_name))
 
     def rows(self) -> Mapping[str, Row]:
-        """The rows, read-only, in the table's order."""
-        return MappingProxyType(self._rows)
+        """The rows, read-only, in the table's order (with their file as :meth:`get` says)."""
+        if self._file is None and not self._by_name:
+            return MappingProxyType(self._rows)
+        file = self._file
+        rows = self._rows
+        if file is None:
+            return MappingProxyType({name: rows[name] for name in self})
+        return MappingProxyType({name: placed(rows[name], file) for name in self})
 
-    def with_file(self, file: str, *, by_name: bool = False) -> TensorTable:
-        """The same tensors placed in ``file`` (of a model); sorted by name if ``by_name``."""
-        items: Iterable[tuple[str, Row]] = self._rows.items()
-        if by_name:
-            items = sorted(items, key=_first)
-        return TensorTable({name: placed(row, file) for name, row in items})
+    def dtype_names(self) -> set[str]:
+        """The dtype names that occur (one pass at C speed)."""
+        return set(map(_dtype_of, self._rows.values()))
+
+    def may_have_name_ending(self, suffix: str) -> bool:
+        """``False`` when no name ends with ``suffix`` (a search of one string, cached); ``True``
+        means perhaps: check the names themselves."""
+        if self._names_text is None:
+            self._names_text = "\n".join(self._rows) + "\n"
+        return f"{suffix}\n" in self._names_text
 
     def parameter_count(self) -> dict[str, int]:
         """Elements per dtype name, ordered by dtype name; see :func:`parameter_count`."""
-        counts: dict[str, int] = {}
-        for name, shape, _, _, _ in self._rows.values():
-            counts[name] = counts.get(name, 0) + math.prod(shape)
-        return dict(sorted(counts.items()))
+        if self._counts is None:
+            rows = self._rows.values()
+            dtypes = list(map(_dtype_of, rows))
+            counts = list(map(math.prod, map(_shape_of, rows)))
+            # One pass per distinct dtype (a model has a handful), each at C speed.
+            self._counts = {
+                name: sum(compress(counts, map(name.__eq__, dtypes)))
+                for name in sorted(set(dtypes))
+            }
+        return dict(self._counts)
 
     @property
     def num_parameters(self) -> int:
         """Total number of elements."""
-        return sum(map(math.prod, map(_shape, self._rows.values())))
+        return sum(self.parameter_count().values())
 
     @property
     def nbytes(self) -> int:
         """Total bytes of tensor data."""
         rows = self._rows.values()
-        return int(sum(map(_end, rows)) - sum(map(_start, rows)))
+        return int(sum(map(_end_of, rows)) - sum(map(_start_of, rows)))
+
+
+def _table(rows: dict[str, Row], file: str | None, by_name: bool) -> TensorTable:
+    """Unpickling: the table again."""
+    return TensorTable(rows, file=file, by_name=by_name)
 
 
 _first = operator.itemgetter(0)
-_shape = operator.itemgetter(1)
-_start = operator.itemgetter(2)
-_end = operator.itemgetter(3)
+_dtype_of = operator.itemgetter(0)
+_shape_of = operator.itemgetter(1)
+_start_of = operator.itemgetter(2)
+_end_of = operator.itemgetter(3)
 
 
 def placed(row: Row, file: str) -> Row:
@@ -300,15 +354,13 @@ class ModelIndex(_Totals):
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "files", MappingProxyType(dict(self.files)))
-        tensors = TensorTable.of(self.tensors)
-        if not _is_sorted(tensors):
-            tensors = TensorTable(dict(sorted(tensors.rows().items(), key=_first)))
-        object.__setattr__(self, "tensors", tensors)
+        # Name order, sorted when first iterated: counting never iterates.
+        object.__setattr__(self, "tensors", TensorTable.of(self.tensors).by_name())
 
     @classmethod
     def of_file(cls, name: str, file: FileIndex) -> ModelIndex:
         """The model of a single file ``name``."""
-        return cls({name: file}, file.tensors.with_file(name, by_name=True), file.metadata)
+        return cls({name: file}, file.tensors.placed_in(name), file.metadata)
 
     def keys(self) -> list[str]:
         """Tensor names, sorted."""
@@ -348,9 +400,3 @@ class ModelIndex(_Totals):
         return html_view(
             f"model in {len(self.files)} file(s)", self.tensors.values(), show_files=True
         )
-
-
-def _is_sorted(names: Iterable[str]) -> bool:
-    """Whether ``names`` come in ascending order (one pass at C speed, no sort)."""
-    listed = list(names)
-    return all(map(operator.le, listed, listed[1:]))

@@ -8,10 +8,8 @@ from __future__ import annotations
 
 import functools
 import math
-import operator
 import re
-from collections.abc import Mapping
-from itertools import repeat
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any, cast
 
 from ..index import TensorTable
@@ -470,6 +468,8 @@ def _target_matches(target: str, module: str, problems: list[str], source: str) 
 def stored_shape_tensors(tensors: Mapping[str, TensorInfo]) -> list[str]:
     """Names of the small tensors that hold packed weights' logical shapes (compressed-tensors'
     ``*.weight_shape`` beside a ``*.weight_packed``), whose values make those counts exact."""
+    if isinstance(tensors, TensorTable) and not tensors.may_have_name_ending("weight_shape"):
+        return []
     names = []
     for name in [n for n in tensors if n.endswith("weight_shape")]:
         info = tensors[name]
@@ -540,35 +540,46 @@ _PACKING_DTYPES = frozenset({"I16", "U16", "I32", "U32", "U8", "F8_E8M0"})
 
 def _plainly_stored(tensors: TensorTable) -> bool:
     """Whether no layout can apply: then every tensor is a weight of its stored size."""
-    dtypes = set(map(_DTYPE_OF_ROW, tensors.rows().values()))
-    if not _PACKING_DTYPES.isdisjoint(dtypes):
+    if not _PACKING_DTYPES.isdisjoint(tensors.dtype_names()):
         return False
+    if not tensors.may_have_name_ending("weight_packed"):
+        return True
     return not any(n.endswith("weight_packed") for n in tensors)
+
+
+class _StoredAsIs(Mapping[str, RawLogical]):
+    """The raw logical entries of a model :func:`_plainly_stored` cleared: every tensor a weight
+    of its stored size, the entry made when asked (as :class:`LogicalTensors` makes its values),
+    so counting a plain model takes no Python step per tensor."""
+
+    __slots__ = ("_tensors",)
+
+    def __init__(self, tensors: TensorTable) -> None:
+        self._tensors = tensors
+
+    def __getitem__(self, name: str) -> RawLogical:
+        shape = self._tensors[name].shape
+        return (WEIGHT, math.prod(shape), shape, True, None)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._tensors)
+
+    def __len__(self) -> int:
+        return len(self._tensors)
 
 
 def _plain_count(
     tensors: TensorTable, declared: int | None, problems: tuple[str, ...]
 ) -> ParameterCount:
-    """:func:`count_parameters` for a model that :func:`_plainly_stored` cleared, at C speed
-    (the same result the layout pass gives it, without a Python step per tensor)."""
-    shapes = list(map(_SHAPE_OF_ROW, tensors.rows().values()))
-    counts = list(map(math.prod, shapes))
-    results: dict[str, RawLogical] = dict(
-        zip(  # noqa: B905
-            tensors, zip(repeat(WEIGHT), counts, shapes, repeat(True), repeat(None))
-        )
-    )
-    total = sum(counts)
+    """:func:`count_parameters` for a model that :func:`_plainly_stored` cleared: the same
+    result the layout pass gives it."""
+    total = tensors.num_parameters
     return ParameterCount(
         total=total,
         exact=True,
         stored_total=total,
         quantization=None,
-        tensors=LogicalTensors(results),
+        tensors=LogicalTensors(_StoredAsIs(tensors)),
         declared_total=declared,
         problems=tuple(dict.fromkeys(problems)),
     )
-
-
-_DTYPE_OF_ROW = operator.itemgetter(0)
-_SHAPE_OF_ROW = operator.itemgetter(1)

@@ -93,7 +93,7 @@ class LogicalTensors(Mapping[str, LogicalTensor]):
 
     __slots__ = ("_raw",)
 
-    def __init__(self, raw: dict[str, RawLogical]) -> None:
+    def __init__(self, raw: Mapping[str, RawLogical]) -> None:
         self._raw = raw
 
     def __getitem__(self, name: str) -> LogicalTensor:
