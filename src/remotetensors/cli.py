@@ -24,19 +24,18 @@ import tempfile
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import __version__, scan_cli
 from .cli_options import add_location_options, open_options, parse_slice, resolve_negative
-from .cli_output import check_output, save
-from .cli_status import StatusLine
-from .cli_table import render
-from .demo import CountingServer, write_sample_checkpoint
 from .display import human_bytes, human_count, shown_metadata
 from .errors import RemoteTensorsError
-from .formats.gguf import describe_lines
-from .reports import memory_report, memory_text, params_report, params_text
-from .sync import Model, open_model
+
+if TYPE_CHECKING:
+    from .sync import Model
+
+# The commands import what they use when they run, so that ``--help`` and a usage error do not
+# pay for httpx, numpy and the model code (see tests/unit/test_import_cost.py).
 
 __all__ = ["main", "main_exit", "opened", "parse_slice"]
 
@@ -178,6 +177,9 @@ def _parser() -> argparse.ArgumentParser:
 def opened(args: argparse.Namespace) -> Iterator[Model]:
     """The model at ``args.location`` with the shared options, closed at the end; on a terminal
     a status line tells when nothing moves."""
+    from .cli_status import StatusLine
+    from .sync import open_model
+
     kwargs = open_options(args)
     location = args.location
     if args.file:
@@ -197,11 +199,15 @@ def _print_table(
     right: tuple[str, ...] = (),
     drop_first: tuple[str, ...] = (),
 ) -> None:
+    from .cli_table import render
+
     width = shutil.get_terminal_size().columns if sys.stdout.isatty() else None
     print(render(headers, rows, right=right, width=width, drop_first=drop_first))
 
 
 def _params(args: argparse.Namespace) -> int:
+    from .reports import params_report, params_text
+
     if scan_cli.is_scan(args):
         return scan_cli.run(args, open_options(args), _print_table)
     args.location = args.location[0]
@@ -217,6 +223,8 @@ def _params(args: argparse.Namespace) -> int:
 
 
 def _memory(args: argparse.Namespace) -> int:
+    from .reports import memory_report, memory_text
+
     with opened(args) as model:
         report = memory_report(
             model, context=args.context, batch=args.batch, kv_dtype=args.kv_dtype
@@ -226,6 +234,8 @@ def _memory(args: argparse.Namespace) -> int:
 
 
 def _info(args: argparse.Namespace) -> int:
+    from .formats.gguf import describe_lines
+
     with opened(args) as model:
         files: dict[str, dict[str, Any]] = {
             name: {
@@ -313,6 +323,8 @@ def _ls(args: argparse.Namespace) -> int:
 
 
 def _get(args: argparse.Namespace) -> int:
+    from .cli_output import check_output, save
+
     output = Path(args.output)
     check_output(output)  # before the download, not after it
     index = parse_slice(args.slice_expr) if args.slice_expr else None
@@ -342,6 +354,8 @@ def _get(args: argparse.Namespace) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
+    from .demo import CountingServer, write_sample_checkpoint
+
     with tempfile.TemporaryDirectory() as folder:
         root = Path(folder)
         write_sample_checkpoint(root)

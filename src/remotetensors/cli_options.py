@@ -15,7 +15,6 @@ from typing import Any
 
 from .errors import RemoteTensorsError
 from .options import ReadOptions
-from .sources.http import HttpOptions
 
 DEFAULT_TIMEOUT_SECONDS = 20.0
 """The command line's wait for the next bytes of an answer (the library waits 60 s): a person
@@ -96,6 +95,8 @@ def open_options(args: argparse.Namespace) -> dict[str, Any]:
         raise UsageError(f"--timeout must be more than 0 seconds, got {args.timeout:g}")
     if args.retries < 0:
         raise UsageError(f"--retries must be 0 or more, got {args.retries}")
+    from .sources.http import HttpOptions  # here: httpx is not needed for --help
+
     read = ReadOptions(max_concurrency=args.concurrency) if args.concurrency else ReadOptions()
     http = HttpOptions(
         connect_timeout_seconds=min(args.timeout, HttpOptions().connect_timeout_seconds),

@@ -54,3 +54,7 @@ class ReadOptions:
             raise ValueError(f"part_size_bytes must be > 0, got {self.part_size_bytes}")
         if self.max_concurrency <= 0:
             raise ValueError(f"max_concurrency must be > 0, got {self.max_concurrency}")
+
+
+DEFAULT_SCAN_CONCURRENCY = 16
+"""Models opened at once by a scan (each opens its files concurrently as well)."""

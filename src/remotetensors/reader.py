@@ -59,6 +59,13 @@ async def read_index(source: ByteSource, options: ReadOptions) -> tuple[FileInde
     return index, data
 
 
+WHOLE_FILE_BYTES = 4 * 1024 * 1024
+"""A local file up to this size (bytes) is read whole when the sync API opens it (one more
+``pread``, under a millisecond from the page cache): code that then reads its tensors one call at
+a time makes no system call per tensor, and every tensor comes from the version of the file
+whose header was read."""
+
+
 def read_index_now(source: BlockingSource, options: ReadOptions) -> tuple[FileIndex, bytes] | None:
     """:func:`read_index` in the calling thread, for a source with a blocking twin; None for
     a GGUF file, whose header is read in growing windows by the async path."""
@@ -68,8 +75,10 @@ def read_index_now(source: BlockingSource, options: ReadOptions) -> tuple[FileIn
         return None
     n = header_length(data, file_size=prefix.size, location=source.location)
     needed = PREFIX_BYTES + n
-    if len(data) < needed:
-        rest = bytearray(needed - len(data))
+    # A small file is read whole (see WHOLE_FILE_BYTES); of a bigger one, the header.
+    wanted = prefix.size if prefix.size <= WHOLE_FILE_BYTES else needed
+    if len(data) < wanted:
+        rest = bytearray(wanted - len(data))
         source.read_into_now(len(data), memoryview(rest))
         data += rest
     header = data[PREFIX_BYTES:needed]

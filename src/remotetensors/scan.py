@@ -24,13 +24,10 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .model import load_model
-from .options import ReadOptions
+from .options import DEFAULT_SCAN_CONCURRENCY, ReadOptions
 from .sources.http import HttpOptions
 from .sources.ratelimit import WaitTally, context_with_tallies
 from .sync import run_sync
-
-DEFAULT_SCAN_CONCURRENCY = 16
-"""Models opened at once by a scan (each opens its files concurrently as well)."""
 
 
 @dataclass(frozen=True, slots=True)

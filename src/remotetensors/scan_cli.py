@@ -15,12 +15,13 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any, TextIO
 
 from .display import human_bytes, human_count
-from .options import ReadOptions
-from .scan import DEFAULT_SCAN_CONCURRENCY, ScanResult, scan
+from .options import DEFAULT_SCAN_CONCURRENCY, ReadOptions
 
 if TYPE_CHECKING:
     import argparse
     from collections.abc import Callable, Iterator
+
+    from .scan import ScanResult
 
 
 def add_arguments(sub: argparse.ArgumentParser) -> None:
@@ -63,6 +64,8 @@ def run(
         ValueError: no location given.
         OSError: the ``--from-file`` file cannot be read.
     """
+    from .scan import scan  # here: the scan machinery is not needed for --help
+
     if not args.location and not args.from_file:
         raise ValueError("params needs a location (or several, or --from-file FILE)")
     kwargs = dict(open_kwargs)

@@ -17,6 +17,8 @@ import pytest
 # Not listed: safetensors and bintensors (1-2 ms together), imported on purpose when installed so
 # that our errors are also instances of their exception classes (the drop-in, see errors.py).
 HEAVY = ("fsspec", "ml_dtypes", "tqdm", "huggingface_hub", "aiohttp", "torch")
+# Not even these for the package alone and for --help: our names are imported on first use.
+BASE = ("numpy", "httpx", "asyncio", "remotetensors.sync", "remotetensors.model")
 
 _REPORT = (
     "import json, sys\n"
@@ -25,9 +27,9 @@ _REPORT = (
 )
 
 
-def loaded_after(body: str) -> list[str]:
+def loaded_after(body: str, heavy: tuple[str, ...] = HEAVY) -> list[str]:
     out = subprocess.run(
-        [sys.executable, "-c", _REPORT.format(body=body, heavy=HEAVY)],
+        [sys.executable, "-c", _REPORT.format(body=body, heavy=heavy)],
         capture_output=True,
         text=True,
         check=True,
@@ -50,6 +52,34 @@ def loaded_after(body: str) -> list[str]:
 )
 def test_heavy_modules_are_not_imported(body: str) -> None:
     assert loaded_after(body) == []
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "import remotetensors",
+        "from remotetensors.cli import main_exit\n"
+        "sys.argv = ['remotetensors', '--help']\n"
+        "try:\n    main_exit()\nexcept SystemExit:\n    pass",
+    ],
+    ids=["import", "--help"],
+)
+def test_the_package_and_help_import_neither_numpy_nor_httpx(body: str) -> None:
+    assert loaded_after(body, BASE) == []
+
+
+def test_names_and_submodules_load_on_first_use() -> None:
+    body = (
+        "import remotetensors as rt\n"
+        "assert rt.open_model.__module__ == 'remotetensors.sync'\n"
+        "assert rt.sync.safe_open is rt.safe_open\n"
+        "import remotetensors.compare, remotetensors.scan\n"  # their functions stay
+        "assert callable(rt.compare) and callable(rt.scan)\n"
+        "from remotetensors import HttpOptions, ScanResult\n"
+        "assert sorted(rt.__all__) == sorted(n for n in dir(rt))\n"
+        "assert all(getattr(rt, n) is not None for n in rt.__all__)\n"
+    )
+    assert loaded_after(body, ("numpy",)) == ["numpy"]
 
 
 def test_they_are_imported_when_used() -> None:

@@ -13,12 +13,6 @@ _THREAD_MIN_BYTES = 4 * 1024 * 1024
 """Reads larger than this go to a worker thread so the event loop stays responsive."""
 
 
-WHOLE_FILE_BYTES = 4 * 1024 * 1024
-"""A local file up to this size (bytes) is read whole on open, in one ``pread`` (under a
-millisecond from the page cache): code that reads its tensors one call at a time then makes no
-system call per tensor, and every tensor comes from the same version of the file."""
-
-
 class LocalSource(ByteSource):
     """A file on a local disk, read with ``os.preadv`` into the caller's buffer.
 
@@ -63,8 +57,6 @@ class LocalSource(ByteSource):
         self._size = stat.st_size
         self._validator = self._stat_validator(stat)
         self._identity = (stat.st_size, stat.st_mtime_ns, stat.st_ino)  # what _validator says
-        if self._size <= WHOLE_FILE_BYTES:
-            length = self._size  # the whole file: its tensors then cost no more system calls
         data = os.pread(fd, min(length, self._size), 0)
         return Prefix(data, self._size, self._validator)
 
