@@ -175,7 +175,9 @@ class LazyTensorFile(AsyncTensorFile):
         prefix = await self._source.open_prefix(PREFIX_BYTES)
         location = self._source.location
         n = header_length(prefix.data, file_size=prefix.size, location=location)
-        self._index = rebase(self._index, header_length=n, file_size=prefix.size, location=location)
+        self._set_index(
+            rebase(self._index, header_length=n, file_size=prefix.size, location=location)
+        )
         self._prefix = prefix.data
         if self.on_open is not None:
             self.on_open(self._index)

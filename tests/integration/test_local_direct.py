@@ -7,6 +7,7 @@ often the bridge (``sync.run_sync``) is crossed. The reference package is the or
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ from safetensors.numpy import save_file
 
 import remotetensors as rt
 from remotetensors import sync
+from remotetensors.sources import local
 
 
 @pytest.fixture
@@ -85,8 +87,51 @@ def test_large_reads_still_take_the_async_path(tmp_path: Path, crossings: list[s
     assert crossings == ["AsyncTensorFile.get_tensor"]
 
 
-def test_changed_file_closed_file_and_bad_header(many: Path, tmp_path: Path) -> None:
+@pytest.fixture
+def many_big(tmp_path: Path) -> Path:
+    """Small tensors in a file too big to be read whole on open (WHOLE_FILE_BYTES)."""
+    path = tmp_path / "many_big.safetensors"
+    # 50 x 3.6 kB: most of them past the default header window of 64 KiB.
+    tensors: dict[str, Any] = {f"t{i}": np.full((3, 300), i, np.float32) for i in range(50)}
+    tensors["zpad"] = np.zeros(local.WHOLE_FILE_BYTES, np.uint8)
+    save_file(tensors, str(path))
+    return path
+
+
+def test_a_small_file_is_read_whole_on_open(
+    many: Path, monkeypatch: pytest.MonkeyPatch, crossings: list[str]
+) -> None:
+    reads: list[int] = []
+    real = os.preadv
+    monkeypatch.setattr(os, "preadv", lambda *a: reads.append(1) or real(*a))  # type: ignore[func-returns-value]
+    with rt.safe_open(many) as f, reference_open(str(many), "numpy") as ref:
+        expected = {name: ref.get_tensor(name) for name in ref.keys()}  # noqa: SIM118
+        many.write_bytes(b"\0" * many.stat().st_size)  # changed underneath: no matter
+        for name, array in expected.items():
+            assert np.array_equal(f.get_tensor(name), array)  # the version that was opened
+    assert reads == []
+    assert crossings == []
+
+
+def test_small_tensors_of_a_big_file_are_read_one_call_each(
+    many_big: Path, monkeypatch: pytest.MonkeyPatch, crossings: list[str]
+) -> None:
+    reads: list[int] = []
+    real = os.preadv
+    monkeypatch.setattr(os, "preadv", lambda *a: reads.append(1) or real(*a))  # type: ignore[func-returns-value]
+    with rt.safe_open(many_big) as f, reference_open(str(many_big), "numpy") as ref:
+        for i in range(50):
+            got = f.get_tensor(f"t{i}")
+            assert np.array_equal(got, ref.get_tensor(f"t{i}"))
+            assert got.flags.writeable
+            assert got.flags.c_contiguous
+    assert 0 < len(reads) <= 50  # the ones past the header window, one each
+    assert crossings == []
+
+
+def test_changed_file_closed_file_and_bad_header(many_big: Path, tmp_path: Path) -> None:
     # A small window, so that the data lies beyond the bytes held since the header was read.
+    many = many_big
     f = rt.safe_open(many, options=rt.ReadOptions(header_window_bytes=4096))
     f.get_tensor("t1")
     many.write_bytes(many.read_bytes() + b"\0")

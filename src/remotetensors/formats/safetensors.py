@@ -243,7 +243,7 @@ def _read_json_fast(text: str) -> _Columns | None:
     Every check is a pass of a builtin over a whole column (``map``, ``set``, ``min``), not
     Python code per tensor: a header of 100k tensors costs about what ``json.loads`` costs.
     """
-    if "\\u" in text:
+    if "\\" in text and "\\u" in text:  # one memchr first: most headers have no backslash
         return None
     try:
         top = json.loads(text)
@@ -269,9 +269,11 @@ def _read_json_fast(text: str) -> _Columns | None:
     shapes: list[list[int]] = []
     offsets: list[list[int]] = []
     if values:
-        if set(map(type, values)) != {dict} or set(map(len, values)) != {3}:
-            return None
         try:
+            # Only a dict of exactly the three fields passes: len() or a field lookup raises
+            # TypeError for any other JSON value, and a missing field raises KeyError.
+            if set(map(len, values)) != {3}:
+                return None
             dtypes = list(map(_DTYPE, values))
             shapes = list(map(_SHAPE, values))
             offsets = list(map(_OFFSETS, values))
@@ -322,15 +324,19 @@ def _rows_fast(columns: _Columns, data_offset: int) -> tuple[dict[str, Row], int
     _, names, dtypes, shapes, begins, ends = columns
     if not names:
         return {}, 0
-    # A stable sort by start alone orders exactly as the reference's (start, end) sort when
-    # the tiling holds: two tensors can share a start only if one of them is empty.
-    order = sorted(range(len(names)), key=begins.__getitem__)
-    begins = list(map(begins.__getitem__, order))
-    ends = list(map(ends.__getitem__, order))
+    order: list[int] | None = None
+    if not all(map(operator.le, begins, begins[1:])):  # the text is not in data order
+        # A stable sort by start alone orders exactly as the reference's (start, end) sort
+        # when the tiling holds: two tensors can share a start only if one of them is empty.
+        order = sorted(range(len(names)), key=begins.__getitem__)
+        begins = list(map(begins.__getitem__, order))
+        ends = list(map(ends.__getitem__, order))
     if begins[0] != 0 or begins[1:] != ends[:-1]:
         return None
-    shapes = list(map(shapes.__getitem__, order))
-    dtypes = list(map(dtypes.__getitem__, order))
+    if order is not None:
+        shapes = list(map(shapes.__getitem__, order))
+        dtypes = list(map(dtypes.__getitem__, order))
+        names = list(map(names.__getitem__, order))
     counts = list(map(math.prod, shapes))
     if min(counts) == 0 or max(counts) >= _U64_LIMIT:
         return None
@@ -343,7 +349,7 @@ def _rows_fast(columns: _Columns, data_offset: int) -> tuple[dict[str, Row], int
     stops = map(operator.add, ends, repeat(data_offset))
     files: repeat[str | None] = repeat(None)
     rows: dict[str, Row] = dict(
-        zip(map(names.__getitem__, order), zip(dtypes, shapes, starts, stops, files))  # noqa: B905
+        zip(names, zip(dtypes, shapes, starts, stops, files))  # noqa: B905
     )
     return rows, ends[-1]
 
