@@ -69,6 +69,14 @@ def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
     return time.perf_counter() - started, result
 
 
+def timed_cpu(fn: Callable[[], Any]) -> tuple[float, float, Any]:
+    """Wall and CPU seconds of one call; CPU is ``time.process_time`` (every thread of this
+    process, so an IO thread or event loop thread counts; the server's own CPU does not)."""
+    wall, cpu = time.perf_counter(), time.process_time()
+    result = fn()
+    return time.perf_counter() - wall, time.process_time() - cpu, result
+
+
 # --- test files ----------------------------------------------------------------------------------
 
 
@@ -146,6 +154,20 @@ def write_big_tensor(root: Path) -> Path:
     return path
 
 
+PARALLEL_COUNT, PARALLEL_MIB = 4, 128  # the table's title says "Four 128 MiB tensors"
+
+
+def write_parallel_tensors(root: Path) -> Path:
+    """Four F32 tensors of 128 MiB in one file (512 MiB of data), each a different value."""
+    path = root / "files" / f"tensors{PARALLEL_COUNT}x{PARALLEL_MIB}.safetensors"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    save_file(
+        {f"t{i}": np.full(PARALLEL_MIB * 2**20 // 4, i, np.float32) for i in range(PARALLEL_COUNT)},
+        str(path),
+    )
+    return path
+
+
 def write_many(root: Path, count: int) -> Path:
     folder = root / "files" / f"many{count}"
     folder.mkdir(parents=True)
@@ -160,27 +182,39 @@ def write_many(root: Path, count: int) -> Path:
 # --- 1. parameter counting ----------------------------------------------------------------------
 
 
-def count_ours(server: Server, repo: str) -> dict[str, int]:
+# Models of the count table: (label, repo, endpoint path). The endpoint ``/noapi`` is the same
+# server as a hub without the one-call safetensors-metadata route (see server.py).
+COUNT_MODELS = (
+    ("single", "single", ""),
+    ("wide", "wide", ""),
+    ("shard72", "shard72", ""),
+    ("shard72, no metadata endpoint", "shard72", "/noapi"),
+)
+
+
+def count_ours(server: Server, repo: str, prefix: str = "") -> dict[str, int]:
     import remotetensors as rt
 
-    os.environ["HF_ENDPOINT"] = server.url
+    os.environ["HF_ENDPOINT"] = server.url + prefix
     with rt.open_model(f"hf://bench/{repo}", token=False) as model:
         return model.parameter_count()
 
 
-def count_hub(server: Server, repo: str, cache: Path) -> dict[str, int]:
+def count_hub(server: Server, repo: str, cache: Path, prefix: str = "") -> dict[str, int]:
     from huggingface_hub import HfApi, constants
 
     constants.HF_HUB_CACHE = str(cache)
-    meta = HfApi(endpoint=server.url, token=False).get_safetensors_metadata(f"bench/{repo}")
+    meta = HfApi(endpoint=server.url + prefix, token=False).get_safetensors_metadata(
+        f"bench/{repo}"
+    )
     return dict(sorted(meta.parameter_count.items()))
 
 
-def count_fsspec(server: Server, repo: str) -> dict[str, int]:
+def count_fsspec(server: Server, repo: str, prefix: str = "") -> dict[str, int]:
     import fsspec
 
     fs = fsspec.filesystem("http", skip_instance_cache=True)
-    base = f"{server.url}/bench/{repo}/resolve/main"
+    base = f"{server.url}{prefix}/bench/{repo}/resolve/main"
     try:
         index = json.loads(fs.cat_file(f"{base}/model.safetensors.index.json"))
         files = sorted(set(index["weight_map"].values()))
@@ -328,6 +362,50 @@ BIG_TOOLS = {
     ),
 }
 
+# Several large tensors of one file in parallel. The peers fetch the tensors' byte ranges,
+# computed before the clock from the file's header (``RANGES``: [start, end) per tensor, read by
+# PARALLEL_SETUP with two plain range requests); remotetensors opens the file (reads the header)
+# on the clock, as in the one-tensor table.
+PARALLEL_SETUP = """
+import json, urllib.request
+def fetch(start, end):
+    request = urllib.request.Request(URL, headers={'Range': f'bytes={start}-{end - 1}'})
+    with urllib.request.urlopen(request) as response:
+        return response.read()
+n = int.from_bytes(fetch(0, 8), 'little')
+header = json.loads(fetch(8, 8 + n))
+RANGES = sorted(
+    (8 + n + e['data_offsets'][0], 8 + n + e['data_offsets'][1])
+    for k, e in header.items() if k != '__metadata__'
+)
+"""
+PARALLEL_TOOLS = {
+    # One operation per range (``--next`` starts the next one with its own options), all run
+    # at once: ``-Z --parallel-max 4``; each range with ``-r first-last`` to /dev/null.
+    "curl --parallel --parallel-max 4": (
+        "",
+        "argv = ['curl', '--parallel', '--parallel-max', str(len(RANGES))]\n"
+        "for i, (a, b) in enumerate(RANGES):\n"
+        "    argv += (['--next'] if i else []) + ['-s', '-r', f'{a}-{b - 1}', '-o', '/dev/null', URL]\n"
+        "run_child(argv)\n",
+    ),
+    "remotetensors (safe_open + get_tensors)": (
+        "import remotetensors as rt\n",
+        "with rt.safe_open(URL) as f: d = f.get_tensors(f.keys())\n",
+    ),
+    # obstore's own call for several ranges of one object (it coalesces ranges closer than
+    # 1 MiB, so adjacent tensors become one request, and fetches the rest concurrently).
+    "obstore (get_ranges_async)": (
+        "import asyncio, obstore\nfrom obstore.store import HTTPStore\n",
+        "base, name = URL.rsplit('/', 1)\n"
+        "store = HTTPStore.from_url(base, client_options={'allow_http': True})\n"
+        "async def go():\n"
+        "    return await obstore.get_ranges_async(\n"
+        "        store, name, starts=[a for a, _ in RANGES], ends=[b for _, b in RANGES])\n"
+        "bufs = asyncio.run(go())\n",
+    ),
+}
+
 # Peak RSS is the VmHWM of /proc/PID/status, which exec resets (getrusage's ru_maxrss is
 # inherited through fork and would report the parent's peak). A child (curl) is polled.
 BIG_WRAPPER = """
@@ -356,22 +434,34 @@ print(elapsed, child_peak or hwm())
 """
 
 
-def big_tensor(server: Server, size: int) -> list[dict[str, Any]]:
-    url = f"{server.url}/files/tensor512.safetensors"
+def big_tensor(
+    server: Server,
+    path: Path,
+    size: int,
+    tools: dict[str, tuple[str, str]] = BIG_TOOLS,
+    setup: str = "",
+) -> list[dict[str, Any]]:
+    """Best of 3 per tool, each run in a fresh process; ``size`` is the bytes that count for
+    GB/s. Requests and bytes the server answered are those of the best run, and must cover
+    ``size`` (a tool that fetched less would otherwise look fast)."""
+    url = f"{server.url}/files/{path.name}"
     rows = []
-    for tool, (imports, body) in BIG_TOOLS.items():
-        best: tuple[float, int] | None = None
+    for tool, (imports, body) in tools.items():
+        best: tuple[float, int, dict[str, int]] | None = None
         for _ in range(3):
+            server.stats()
             out = subprocess.run(
-                [sys.executable, "-c", BIG_WRAPPER.format(imports=imports, body=body), url],
+                [sys.executable, "-c", BIG_WRAPPER.format(imports=setup + imports, body=body), url],
                 capture_output=True,
                 text=True,
                 check=True,
                 cwd=ROOT,
             ).stdout.split()
+            stats = server.stats()
+            assert stats["bytes"] >= size, (tool, stats, size)
             elapsed, rss_kib = float(out[0]), int(out[1])
             if best is None or elapsed < best[0]:
-                best = (elapsed, rss_kib)
+                best = (elapsed, rss_kib, stats)
         assert best is not None
         rows.append(
             {
@@ -379,6 +469,8 @@ def big_tensor(server: Server, size: int) -> list[dict[str, Any]]:
                 "seconds": best[0],
                 "gbps": size / best[0] / 1e9,
                 "rss_mib": best[1] / 1024,
+                "requests": best[2]["requests"],
+                "bytes": best[2]["bytes"],
             }
         )
     return rows
@@ -472,6 +564,7 @@ def main() -> None:
         (root / "files").mkdir()  # the server serves it even when no workload writes to it
         names = write_big_model(root) if "partial" in only else []
         big = write_big_tensor(root) if "big" in only else root
+        parallel = write_parallel_tensors(root) if "big" in only else root
         for count in args.scale_counts if "scale" in only else []:
             write_many(root, count)
         for latency in args.latency_ms:
@@ -480,43 +573,54 @@ def main() -> None:
                 if "count" in only:
                     report += [f"## Parameter counting, {latency:g} ms added per request", ""]
                     rows = []
-                    for repo in ("single", "wide", "shard72"):
+                    for label, repo, prefix in COUNT_MODELS:
                         results = {}
                         for tool, fn in (
-                            ("remotetensors", lambda: count_ours(server, repo)),
-                            ("huggingface_hub", lambda: count_hub(server, repo, root / "hf-cache")),
-                            ("fsspec HTTP", lambda: count_fsspec(server, repo)),
+                            ("remotetensors", lambda: count_ours(server, repo, prefix)),
+                            (
+                                "huggingface_hub",
+                                lambda: count_hub(server, repo, root / "hf-cache", prefix),
+                            ),
+                            ("fsspec HTTP", lambda: count_fsspec(server, repo, prefix)),
                         ):
                             timed(fn)  # warm-up: imports and first-use costs stay off the clock
                             server.stats()
-                            seconds, counts = timed(fn)
+                            seconds, cpu, counts = timed_cpu(fn)
                             stats = server.stats()
-                            for _ in range(args.repeat - 1):
-                                seconds = min(seconds, timed(fn)[0])
-                            results[tool] = (seconds, stats, counts)
+                            for _ in range(args.repeat - 1):  # best wall and best CPU of the runs
+                                more_seconds, more_cpu, _ = timed_cpu(fn)
+                                seconds, cpu = min(seconds, more_seconds), min(cpu, more_cpu)
+                            results[tool] = (seconds, cpu, stats, counts)
                         ours = results["remotetensors"]
-                        for tool, (seconds, stats, counts) in results.items():
-                            assert counts == ours[2], (tool, counts, ours[2])
+                        for tool, (seconds, cpu, stats, counts) in results.items():
+                            assert counts == ours[3], (tool, counts, ours[3])
                             rows.append(
                                 [
-                                    repo,
+                                    label,
                                     tool,
                                     f"{seconds * 1000:.0f} ms",
+                                    f"{cpu * 1000:.0f} ms",
                                     str(stats["requests"]),
                                     f"{stats['bytes'] / 1e3:.1f} kB",
                                     f"{ours[0] / seconds:.2f}",
-                                    f"{ours[1]['bytes'] / max(1, stats['bytes']):.2f}",
+                                    f"{ours[1] / max(cpu, 1e-6):.2f}",
+                                    f"{ours[2]['bytes'] / max(1, stats['bytes']):.2f}",
                                 ]
                             )
                     report += [
+                        f"Best of {args.repeat} (wall and CPU each); requests and bytes of the "
+                        "first run after a warm-up.",
+                        "",
                         table(
                             [
                                 "model",
                                 "tool",
                                 "wall",
+                                "CPU",
                                 "requests",
                                 "bytes",
                                 "time ours/theirs",
+                                "CPU ours/theirs",
                                 "bytes ours/theirs",
                             ],
                             rows,
@@ -562,7 +666,7 @@ def main() -> None:
                             "## One 512 MiB tensor (best of 3, each tool in its own process)",
                             "",
                         ]
-                        rows_big = big_tensor(server, big.stat().st_size)
+                        rows_big = big_tensor(server, big, big.stat().st_size)
                         curl = next(r for r in rows_big if r["tool"] == "curl")
                         report += [
                             table(
@@ -575,6 +679,45 @@ def main() -> None:
                                         f"{r['gbps'] / curl['gbps']:.2f}",
                                     ]
                                     for r in rows_big
+                                ],
+                            ),
+                            "",
+                        ]
+                        report += [
+                            "## Four 128 MiB tensors in parallel (one file; best of 3, each "
+                            "tool in its own process)",
+                            "",
+                        ]
+                        data = PARALLEL_COUNT * PARALLEL_MIB * 2**20
+                        rows_par = big_tensor(
+                            server, parallel, data, PARALLEL_TOOLS, PARALLEL_SETUP
+                        )
+                        curl = rows_par[0]
+                        report += [
+                            "GB/s of the tensors' bytes. Requests and bytes as the server "
+                            "answered them; the peers' counts include the two header reads "
+                            "that compute the ranges before the clock (ours reads the header "
+                            "on the clock).",
+                            "",
+                            table(
+                                [
+                                    "tool",
+                                    "GB/s",
+                                    "peak RSS",
+                                    "requests",
+                                    "bytes",
+                                    "throughput vs curl",
+                                ],
+                                [
+                                    [
+                                        r["tool"],
+                                        f"{r['gbps']:.2f}",
+                                        f"{r['rss_mib']:.0f} MiB",
+                                        str(r["requests"]),
+                                        f"{r['bytes'] / 2**20:.1f} MiB",
+                                        f"{r['gbps'] / curl['gbps']:.2f}",
+                                    ]
+                                    for r in rows_par
                                 ],
                             ),
                             "",

@@ -4,7 +4,10 @@ Serves FOLDER/files under /files/ with aiohttp's static handler (byte ranges, se
 answer, and speaks the hub's resolve protocol too: ``/{org}/{name}/resolve/{rev}/{path}`` serves
 ``FOLDER/{org}/{name}/{path}`` with ``X-Repo-Commit`` and ``ETag`` (no CDN redirect, so the hub's
 client and ours pay the same), and the hub's one-call
-``/api/models/{org}/{name}/safetensors-metadata/{index path}``. ``GET /__stats`` returns and resets the request and byte counts.
+``/api/models/{org}/{name}/safetensors-metadata/{index path}``. Under ``/noapi`` it is a hub without
+that endpoint: ``/noapi/{org}/{name}/resolve/{rev}/{path}`` serves the same files, and
+``/noapi/api/...`` gets aiohttp's plain 404 (no ``X-Error-Code``), as from a server that does not
+know the route. ``GET /__stats`` returns and resets the request and byte counts.
 
 Usage: python benchmarks/server.py FOLDER LATENCY_MS -> prints the port, serves until stdin closes.
 """
@@ -75,6 +78,9 @@ def build(folder: Path, latency_ms: float) -> web.Application:
     app.on_response_prepare.append(on_prepare)
     app.router.add_get("/__stats", report)
     app.router.add_route("*", "/{org}/{name}/resolve/{rev}/{path:.+}", resolve)
+    # A second endpoint (another base URL, so clients learn "no such route" for it alone) with
+    # the same files and no safetensors-metadata route.
+    app.router.add_route("*", "/noapi/{org}/{name}/resolve/{rev}/{path:.+}", resolve)
     app.router.add_get("/api/models/{org}/{name}/safetensors-metadata/{path:.+}", sharded_metadata)
     app.router.add_static("/files/", folder / "files")
     return app
