@@ -9,11 +9,13 @@ import pickle
 import tracemalloc
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
 import remotetensors as rt
+from remotetensors.scan import POOL_CONNECTIONS
 from tests.hub_standin import TOKEN, HubStandIn
 from tests.integration.test_models import _no_stored_token, expected_counts, sharded
 from tests.reference import write_reference
@@ -265,6 +267,25 @@ async def test_scan_async_yields_as_completed(hub_env: HubStandIn) -> None:
         assert result.summary is not None
         seen[result.location] = result.summary.by_dtype
     assert seen == expected
+
+
+def test_scan_spreads_its_connections_over_small_pools(
+    hub_env: HubStandIn, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # httpcore 1.0's pool does work quadratic in its connections per request (see
+    # POOL_CONNECTIONS): 64 models at once get 128 connections in pools of at most 16.
+    made: list[int] = []
+    new_client = rt.HttpOptions.new_client
+
+    def recording(self: rt.HttpOptions) -> Any:
+        made.append(self.max_connections)
+        return new_client(self)
+
+    monkeypatch.setattr(rt.HttpOptions, "new_client", recording)
+    expected = _fleet(hub_env, 20)
+    results = list(rt.scan(expected, concurrency=64, options=NO_CONFIGS))
+    assert {r.location: r.summary.by_dtype for r in results if r.summary} == expected
+    assert made == [POOL_CONNECTIONS] * (128 // POOL_CONNECTIONS)
 
 
 def test_scan_of_1000_locations_in_flat_memory(tmp_path: Path) -> None:
