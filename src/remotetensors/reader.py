@@ -250,16 +250,19 @@ class AsyncTensorFile:
             dtype_name, shape, start, end, _ = row
             numpy_dtype = _WHOLE_BYTE_DTYPES[dtype_name]
             if numpy_dtype is not None and end - start <= self._options.part_size_bytes:
+                array: Any = None
                 if end <= len(self._prefix):  # a small local file is read whole on open
-                    storage = np.frombuffer(self._prefix, np.uint8, end - start, start).copy()
+                    count = (end - start) // numpy_dtype.itemsize
+                    array = np.frombuffer(self._prefix, numpy_dtype, count, start)
+                    array = array.reshape(shape).copy()  # its own, writable, C-contiguous
                 elif start >= len(self._prefix):
                     storage = np.empty(end - start, np.uint8)
                     if end > start:
                         blocking.read_into_now(start, storage.data)
-                else:
-                    storage = None
-                if storage is not None:
                     array = storage.view(numpy_dtype).reshape(shape)
+                if array is not None:
+                    if self._framework == "numpy":
+                        return array
                     return convert(array, dtype_name, self._framework)
         info = self.info(name)
         if info.end - info.start > self._options.part_size_bytes:
@@ -287,6 +290,9 @@ class AsyncTensorFile:
         if blocking is None:
             return None
         wanted = list(self.offset_keys() if names is None else dict.fromkeys(names))
+        if len(self._prefix) >= self._index.file_size:
+            # The whole file is in memory (see WHOLE_FILE_BYTES): tensor by tensor, no plan.
+            return {name: self.get_tensor_now(name) for name in wanted}
         infos = [self.info(name) for name in wanted]
         if sum(info.end - info.start for info in infos) > self._options.part_size_bytes:
             return None
