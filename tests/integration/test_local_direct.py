@@ -97,12 +97,23 @@ def many_big(tmp_path: Path) -> Path:
     return path
 
 
-def test_a_small_file_is_read_whole_on_open(
-    many: Path, monkeypatch: pytest.MonkeyPatch, crossings: list[str]
-) -> None:
-    reads: list[int] = []
+@pytest.fixture
+def reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """One entry per ``os.preadv`` call (the local source's read)."""
+    seen: list[int] = []
     real = os.preadv
-    monkeypatch.setattr(os, "preadv", lambda *a: reads.append(1) or real(*a))  # type: ignore[func-returns-value]
+
+    def counting(*args: Any) -> int:
+        seen.append(1)
+        return real(*args)
+
+    monkeypatch.setattr(os, "preadv", counting)
+    return seen
+
+
+def test_a_small_file_is_read_whole_on_open(
+    many: Path, reads: list[int], crossings: list[str]
+) -> None:
     with rt.safe_open(many) as f, reference_open(str(many), "numpy") as ref:
         expected = {name: ref.get_tensor(name) for name in ref.keys()}  # noqa: SIM118
         many.write_bytes(b"\0" * many.stat().st_size)  # changed underneath: no matter
@@ -113,11 +124,8 @@ def test_a_small_file_is_read_whole_on_open(
 
 
 def test_small_tensors_of_a_big_file_are_read_one_call_each(
-    many_big: Path, monkeypatch: pytest.MonkeyPatch, crossings: list[str]
+    many_big: Path, reads: list[int], crossings: list[str]
 ) -> None:
-    reads: list[int] = []
-    real = os.preadv
-    monkeypatch.setattr(os, "preadv", lambda *a: reads.append(1) or real(*a))  # type: ignore[func-returns-value]
     with rt.safe_open(many_big) as f, reference_open(str(many_big), "numpy") as ref:
         for i in range(50):
             got = f.get_tensor(f"t{i}")
