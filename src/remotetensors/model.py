@@ -622,17 +622,11 @@ async def _open_sharded(
         enabled=wanted(options.progress),
     )
 
-    # No more shards at once than the HTTP client has connections: requests queued inside
-    # httpcore 1.0's pool wake and re-queue each other on every free connection (work
-    # quadratic in the queue; a 72-shard model on 64 connections spent twice the CPU there).
-    slots = asyncio.Semaphore((place.http_options or HttpOptions()).max_connections)
-
     async def open_shard(file: str, names: list[str]) -> None:
         shard_options = replace(options, header_window_bytes=header_window_for(names))
-        async with slots:
-            opened[file] = await AsyncTensorFile.open(
-                place.open(file), options=shard_options, framework=framework
-            )
+        opened[file] = await AsyncTensorFile.open(
+            place.open(file), options=shard_options, framework=framework
+        )
         shown.update(1)
 
     try:

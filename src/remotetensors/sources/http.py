@@ -32,6 +32,7 @@ import os
 import random
 import re
 import time
+import weakref
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlsplit, urlunsplit
@@ -117,8 +118,9 @@ class HttpOptions:
     direct_reads: bool = True
 
     def new_client(self) -> httpx.AsyncClient:
-        """An httpx client configured with these options."""
-        return httpx.AsyncClient(
+        """An httpx client configured with these options (its requests wait their turn for one
+        of its ``max_connections`` here, not in httpcore's pool: see :func:`_turns`)."""
+        client = httpx.AsyncClient(
             timeout=httpx.Timeout(self.read_timeout_seconds, connect=self.connect_timeout_seconds),
             limits=httpx.Limits(
                 max_connections=self.max_connections,
@@ -127,6 +129,24 @@ class HttpOptions:
             follow_redirects=True,
             verify=shared_ssl_context(),
         )
+        _TURNS[client] = asyncio.Semaphore(self.max_connections)
+        return client
+
+
+# Client -> its requests in flight, at most its connections. httpcore 1.0's pool hands each
+# connection that frees up to every queued request; all but one wake, fail and queue again, and
+# each pass scans every connection (encode/httpcore#1035): with a few requests queued behind 64
+# connections, that churn took half the CPU of opening a 72-shard model. Waiting here instead,
+# a request enters the pool only when a connection is free for it.
+_TURNS: weakref.WeakKeyDictionary[httpx.AsyncClient, asyncio.Semaphore] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _turns(client: httpx.AsyncClient) -> contextlib.AbstractAsyncContextManager[object]:
+    """Hold one of ``client``'s connections for a request (no limit for a client made
+    elsewhere, whose pool size is not known)."""
+    return _TURNS.get(client) or contextlib.nullcontext()
 
 
 class _Retry(Exception):
@@ -406,10 +426,14 @@ class HttpSource(ByteSource):
             return await self._one_direct_request(direct, start, end, buffer, meter)
         url = self._data_url
         limiter = limiter_for(url)  # shared by the whole process: see .ratelimit
+        client = self._http()
         try:
-            async with self._http().stream(
-                "GET", url, headers=self._headers(start, end, first=first)
-            ) as response:
+            async with (
+                _turns(client),
+                client.stream(
+                    "GET", url, headers=self._headers(start, end, first=first)
+                ) as response,
+            ):
                 limiter.observe(response.status_code, response.headers)
                 if str(response.url) != url:
                     self._data_url = str(response.url)
