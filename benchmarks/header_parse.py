@@ -53,7 +53,8 @@ def main() -> None:
         print(
             f"{label:5s} {count:7d} tensors {len(header) / 1e6:6.2f} MB  "
             f"parse_header {min(ours) * 1000:7.1f} ms  json.loads {min(plain) * 1000:7.1f} ms  "
-            f"ratio {min(ours) / min(plain):4.2f}  ({'fast path' if fast else 'strict path'})"
+            f"ratio {min(ours) / min(plain):4.2f}  ({'fast path' if fast else 'strict path'}, "
+            f"decoder {fmt._loads.__module__})"
         )
 
 

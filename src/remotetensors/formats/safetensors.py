@@ -15,6 +15,7 @@ import json
 import math
 import operator
 import struct
+from collections.abc import Callable
 from itertools import chain, repeat
 from typing import Any, NamedTuple
 
@@ -29,6 +30,17 @@ PREFIX_BYTES = 8
 
 MAX_HEADER_BYTES = 100_000_000
 """Largest header length N that the reference accepts (decimal bytes; N equal to it passes)."""
+
+_loads: Callable[[str], Any]
+try:
+    # The optional accelerator (``pip install remotetensors[fast]``): about twice as fast as
+    # ``json.loads`` on headers, and the same values for every text the fast path accepts (the
+    # one difference, integers past 64 bits becoming floats, fails its integer check).
+    from orjson import loads as _orjson_loads
+
+    _loads = _orjson_loads
+except ImportError:  # pragma: no cover - depends on the installation
+    _loads = json.loads
 
 _U64_LIMIT = 2**64
 _ENTRY_FIELDS = ("dtype", "shape", "data_offsets")
@@ -246,8 +258,8 @@ def _read_json_fast(text: str) -> _Columns | None:
     if "\\" in text and "\\u" in text:  # one memchr first: most headers have no backslash
         return None
     try:
-        top = json.loads(text)
-    except (ValueError, RecursionError):
+        top = _loads(text)
+    except (ValueError, RecursionError):  # orjson's JSONDecodeError is a ValueError too
         return None
     if type(top) is not dict:
         return None
