@@ -245,8 +245,9 @@ class AsyncTensorFile:
         self._check_open()
         row = self._rows.get(name)
         if row is not None:
-            # The common case at a few microseconds: a whole byte-aligned tensor past the
-            # cached prefix, read straight into its array; no TensorInfo, no plan.
+            # The common case at a few microseconds: a tensor of a byte-aligned dtype, copied
+            # from the bytes held since the open or read straight into its array after them;
+            # no TensorInfo, no plan. One that straddles the two takes the general way below.
             dtype_name, shape, start, end, _ = row
             numpy_dtype = _WHOLE_BYTE_DTYPES[dtype_name]
             if numpy_dtype is not None and end - start <= self._options.part_size_bytes:
