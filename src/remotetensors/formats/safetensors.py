@@ -546,13 +546,6 @@ def _raise_overflow(name: str, dtype: str, shape: tuple[int, ...], location: str
 # --- rule group 7: the header describes the whole file ----------------------------------------
 
 
-def _check_coverage(
-    ordered: list[tuple[str, _Entry]], *, header_length: int, file_size: int, location: str
-) -> None:
-    data_end = ordered[-1][1][3] if ordered else 0
-    _check_file_size(header_length, data_end, file_size, location)
-
-
 def _check_file_size(header_length: int, data_end: int, file_size: int, location: str) -> None:
     """8 + N + the data's end must be the file's size, to the byte."""
     expected = PREFIX_BYTES + header_length + data_end
