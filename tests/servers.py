@@ -120,9 +120,16 @@ def static_server(root: Path) -> Iterator[tuple[str, Log]]:
     app = web.Application()
     app.on_response_prepare.append(on_prepare)
     app.router.add_static("/", root)
+    with serving(app) as url:
+        yield url, log
+
+
+@contextmanager
+def serving(app: web.Application) -> Iterator[str]:
+    """``app`` on a free loopback port, in a thread of its own; yields its base URL."""
     running = _Running(app)
     try:
-        yield f"http://127.0.0.1:{running.port}", log
+        yield f"http://127.0.0.1:{running.port}"
     finally:
         running.stop()
 

@@ -20,7 +20,7 @@ from httpcore import AsyncConnectionPool
 
 import remotetensors as rt
 from tests.integration.test_models import check_model, sharded
-from tests.servers import _Running
+from tests.servers import serving
 
 
 @pytest.fixture
@@ -42,11 +42,8 @@ def slow_server(tmp_path: Path) -> Iterator[tuple[str, dict[str, int]]]:
 
     app = web.Application(middlewares=[hold])
     app.router.add_static("/", tmp_path)
-    running = _Running(app)
-    try:
-        yield f"http://127.0.0.1:{running.port}", counts
-    finally:
-        running.stop()
+    with serving(app) as url:
+        yield url, counts
 
 
 @pytest.fixture
