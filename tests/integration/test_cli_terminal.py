@@ -124,7 +124,8 @@ def test_a_silent_server_shows_a_status_line_then_one_error() -> None:
     assert "retry 1 of 1 after: request timed out" in output
     final = [line for line in screen_lines(output) if line.strip()]
     assert final == [
-        f"remotetensors: error: {url}: request timed out (ReadTimeout) (gave up after 2 attempts)"
+        f"remotetensors: error: {url}: request timed out (no data for 1.5 s) (gave up after 2 "
+        "attempts)"
     ]
 
 

@@ -3,7 +3,8 @@
 httpcore 1.0's pool hands each connection that frees up to every queued request; all but one
 wake, fail and queue again (encode/httpcore#1035), which made opening a 72-shard model on 64
 connections spend half its CPU there. A client made by :meth:`HttpOptions.new_client` lets at
-most ``max_connections`` requests into its pool; the rest wait their turn (see ``_turns``).
+most ``max_connections`` requests into its pool; the rest wait their turn (see
+``HttpClient.turns``), and the direct reader's requests take the same turns.
 Counted here: requests queued inside the pool, and requests the server holds at once.
 """
 
@@ -61,16 +62,23 @@ def queued_in_pool(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return seen
 
 
+@pytest.mark.parametrize("direct_reads", [False, True], ids=["httpx", "direct"])
 def test_a_model_of_more_shards_than_connections_never_queues_in_the_pool(
-    slow_server: tuple[str, dict[str, int]], queued_in_pool: list[int], tmp_path: Path
+    slow_server: tuple[str, dict[str, int]],
+    queued_in_pool: list[int],
+    tmp_path: Path,
+    direct_reads: bool,
 ) -> None:
     url, counts = slow_server
     files, tensors = sharded(shards=12, layers_per_shard=1)
     for name, data in files.items():
         (tmp_path / name).write_bytes(data)
-    options = rt.HttpOptions(max_connections=3)
+    options = rt.HttpOptions(max_connections=3, direct_reads=direct_reads)
     with rt.open_model(f"{url}/", http_options=options) as model:
         check_model(model, tensors)
-    assert queued_in_pool  # the pool was used ...
-    assert max(queued_in_pool) == 0  # ... and no request ever waited inside it
+    if direct_reads:
+        assert not queued_in_pool  # every request went direct, httpx's pool was never asked
+    else:
+        assert queued_in_pool  # the pool was used ...
+        assert max(queued_in_pool) == 0  # ... and no request ever waited inside it
     assert counts["most"] <= 3  # at most max_connections requests at the server at once

@@ -1,4 +1,4 @@
-"""HTTP(S) files read with single-range GETs on httpx, trusting only what can be checked.
+"""HTTP(S) files read with single-range GETs, trusting only what can be checked.
 
 What this source guarantees (see ``reference/remote-io.md`` for why each rule exists):
 
@@ -6,9 +6,10 @@ What this source guarantees (see ``reference/remote-io.md`` for why each rule ex
   ``Content-Range`` matches the request and whose body has exactly the asked length is used;
 - a 200 to a ranged request is abandoned at once (the connection is closed, the body not read)
   and raises :class:`RangeNotSupportedError`, unless the caller opted in to small whole bodies;
-- redirects are followed on the first request; later requests go straight to the final URL, and
-  if that URL stops working (401/403/404/410, as an expired signed URL does) the original URL is
-  resolved once more;
+- redirects are followed on the first request (by httpx, or by this module when the request goes
+  direct: at most 20 hops, relative ``Location`` resolved as httpx does, credentials kept for the
+  URL's own origin); later requests go straight to the final URL, and if that URL stops working
+  (401/403/404/410, as an expired signed URL does) the original URL is resolved once more;
 - the first response's validators are kept: a strong ETag is sent as ``If-Match`` on later
   requests (else ``Last-Modified`` as ``If-Unmodified-Since``), and every later answer must carry
   the same total size, ETag and ``Last-Modified`` as the first; a changed or missing validator
@@ -20,7 +21,11 @@ What this source guarantees (see ``reference/remote-io.md`` for why each rule ex
   (:class:`RequestTimeoutError` says which bound tripped);
 - the URL's userinfo is sent as Basic auth to its own origin only, and every message names the
   URL with its secrets masked (:func:`~remotetensors.redact.redact_url`);
-- whatever httpx raises (a redirect loop, a malformed head) becomes one of our errors.
+- whatever httpx or the direct reader raises (a redirect loop, a malformed head) becomes one of
+  our errors.
+
+Requests go through the direct reader (:mod:`.rawhttp`, a quarter of httpx's CPU per request)
+whenever :attr:`HttpOptions.direct_reads` allows it; see there for when httpx is used instead.
 """
 
 from __future__ import annotations
@@ -32,9 +37,6 @@ import os
 import random
 import re
 import time
-import weakref
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 import h11
@@ -53,100 +55,33 @@ from ..ranges import ByteRange
 from ..redact import redact_url
 from ..status import Retrying, activity, bytes_listener, retrying
 from .base import ByteSource, Prefix
+from .httpclient import HttpClient, HttpOptions
 from .ratelimit import limiter_for, retry_after_seconds
-from .rawhttp import Meter, RawConnectionError, RawProtocolError, RawRangeClient, RawTimeoutError
+from .rawhttp import (
+    Meter,
+    RawConnectionError,
+    RawProtocolError,
+    RawRangeClient,
+    RawResponse,
+    RawTimeoutError,
+)
 from .recipe import SourceRecipe
-from .tls import shared_ssl_context
 
-if TYPE_CHECKING:
-    from collections.abc import Mapping
+__all__ = ["HttpClient", "HttpOptions", "HttpSource"]
+
+_MAX_REDIRECTS = 20  # as httpx's default
+_DRAIN_BYTES = 64 * 1024  # error and redirect bodies up to this are read to keep the connection
 
 _CONTENT_RANGE = re.compile(r"^\s*bytes\s+(\d+)-(\d+)/(\d+|\*)\s*$", re.IGNORECASE)
 _UNSATISFIED_RANGE = re.compile(r"^\s*bytes\s+\*/(\d+)\s*$", re.IGNORECASE)
 _RETRY_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
-
-
-@dataclass(frozen=True, slots=True)
-class HttpOptions:
-    """Knobs of the HTTP source. Defaults are defined here once.
-
-    Attributes:
-        connect_timeout_seconds: time to establish a connection.
-        read_timeout_seconds: longest wait for the next bytes of a response.
-        max_attempts: tries per request (the first one included) for retryable failures.
-        backoff_initial_seconds: upper bound of the first random wait; doubles per attempt.
-        backoff_max_seconds: upper bound of any single wait.
-        max_retry_after_seconds: a ``Retry-After`` longer than this fails at once instead of
-            waiting.
-        max_connections: connections kept to all hosts by a client this source creates.
-        headers: extra request headers (for example ``Authorization``).
-        accept_whole_body_below_bytes: opt-in: when a server ignores ``Range`` and the whole
-            file is smaller than this, use the whole body instead of failing. 0 (the default)
-            never accepts a whole body.
-        resume_progress_bytes: a cut body resumes from its first missing byte; the attempt
-            counts against ``max_attempts`` unless it delivered at least this many bytes or
-            half of what was still missing (so a server that sends a few bytes per
-            connection fails after ``max_attempts`` requests instead of never).
-        min_bytes_per_second: throughput floor of a request, measured over every
-            ``throughput_window_seconds`` (head and body bytes): a request below it is
-            cancelled with :class:`RequestTimeoutError` (``bound="min_bytes_per_second"``),
-            which a trickling server never trips through the read timeout. 0 disables it.
-        throughput_window_seconds: the window of ``min_bytes_per_second``.
-        request_deadline_seconds: total time for one range read, all attempts, waits and
-            resumes included; ``None`` (the default) sets none. Exceeding it raises
-            :class:`RequestTimeoutError` with ``bound="request_deadline_seconds"``.
-        direct_reads: read the bodies of data requests with the built-in HTTP/1.1 reader
-            (:mod:`.rawhttp`), which receives them straight into the destination array; httpx
-            copies every 64 KiB piece and runs at a fraction of the speed. The first request
-            of a file (redirects, errors) always goes through httpx, and so does everything
-            when a proxy is configured in the environment.
-    """
-
-    connect_timeout_seconds: float = 10.0
-    read_timeout_seconds: float = 60.0
-    max_attempts: int = 5
-    backoff_initial_seconds: float = 0.25
-    backoff_max_seconds: float = 8.0
-    max_retry_after_seconds: float = 60.0
-    max_connections: int = 64
-    headers: Mapping[str, str] = field(default_factory=dict)
-    accept_whole_body_below_bytes: int = 0
-    resume_progress_bytes: int = 1024 * 1024
-    min_bytes_per_second: float = 1024.0
-    throughput_window_seconds: float = 30.0
-    request_deadline_seconds: float | None = None
-    direct_reads: bool = True
-
-    def new_client(self) -> httpx.AsyncClient:
-        """An httpx client configured with these options (its requests wait their turn for one
-        of its ``max_connections`` here, not in httpcore's pool: see :func:`_turns`)."""
-        client = httpx.AsyncClient(
-            timeout=httpx.Timeout(self.read_timeout_seconds, connect=self.connect_timeout_seconds),
-            limits=httpx.Limits(
-                max_connections=self.max_connections,
-                max_keepalive_connections=self.max_connections,
-            ),
-            follow_redirects=True,
-            verify=shared_ssl_context(),
-        )
-        _TURNS[client] = asyncio.Semaphore(self.max_connections)
-        return client
-
-
-# Client -> its requests in flight, at most its connections. httpcore 1.0's pool hands each
-# connection that frees up to every queued request; all but one wake, fail and queue again, and
-# each pass scans every connection (encode/httpcore#1035): with a few requests queued behind 64
-# connections, that churn took half the CPU of opening a 72-shard model. Waiting here instead,
-# a request enters the pool only when a connection is free for it.
-_TURNS: weakref.WeakKeyDictionary[httpx.AsyncClient, asyncio.Semaphore] = (
-    weakref.WeakKeyDictionary()
-)
+_REDIRECTS = frozenset({301, 302, 303, 307, 308})
 
 
 def _turns(client: httpx.AsyncClient) -> contextlib.AbstractAsyncContextManager[object]:
     """Hold one of ``client``'s connections for a request (no limit for a client made
     elsewhere, whose pool size is not known)."""
-    return _TURNS.get(client) or contextlib.nullcontext()
+    return client.turns if isinstance(client, HttpClient) else contextlib.nullcontext()
 
 
 class _Retry(Exception):
@@ -202,9 +137,14 @@ class HttpSource(ByteSource):
         self._whole_body: bytes | None = None
         self._verified = False  # _data_url answered a ranged GET itself (no redirect pending)
         self._raw: RawRangeClient | None = None
-        self.first_response_headers: httpx.Headers | None = None
-        """Headers of the response to the first request (after redirects), e.g. the hub's
-        ``X-Repo-Commit``."""
+        self.first_responses: list[httpx.Headers] = []
+        """Headers of every answer to the first request: the redirects in order, then the
+        final answer (e.g. the hub's ``X-Repo-Commit``, which its redirect to a CDN carries)."""
+
+    @property
+    def first_response_headers(self) -> httpx.Headers | None:
+        """Headers of the final answer to the first request (after redirects)."""
+        return self.first_responses[-1] if self.first_responses else None
 
     @property
     def location(self) -> str:
@@ -227,10 +167,16 @@ class HttpSource(ByteSource):
             await self._raw.aclose()
             self._raw = None
 
-    def _direct(self) -> RawRangeClient | None:
-        """The direct reader, when it may serve the next data request."""
-        if not (self._options.direct_reads and self._verified) or _proxy_configured():
+    def _direct(self, *, first: bool) -> RawRangeClient | None:
+        """The direct reader, when it may serve the next request (see ``direct_reads``)."""
+        if not self._options.direct_reads or _proxy_configured():
             return None
+        client = self._http()
+        if isinstance(client, HttpClient):
+            # A redirect met on a later request is left to httpx (see _one_direct_request).
+            return client.direct if first or self._verified else None
+        if first or not self._verified:
+            return None  # a caller's own client sees every first request: its auth, its hooks
         if self._raw is None:
             self._raw = RawRangeClient(
                 connect_timeout_seconds=self._options.connect_timeout_seconds,
@@ -421,24 +367,33 @@ class HttpSource(ByteSource):
     async def _one_request(
         self, start: int, end: int, buffer: memoryview, *, first: bool, meter: Meter
     ) -> int:
-        direct = None if first else self._direct()
+        direct = self._direct(first=first)
+        client = self._http()
         if direct is not None:
-            return await self._one_direct_request(direct, start, end, buffer, meter)
+            async with _turns(client):
+                return await self._one_direct_request(
+                    direct, start, end, buffer, meter, first=first
+                )
         url = self._data_url
         limiter = limiter_for(url)  # shared by the whole process: see .ratelimit
-        client = self._http()
         try:
             async with (
                 _turns(client),
                 client.stream(
-                    "GET", url, headers=self._headers(start, end, first=first)
+                    "GET",
+                    url,
+                    headers=self._headers(start, end, first=first),
+                    follow_redirects=True,  # also with a caller's client that would not
                 ) as response,
             ):
                 limiter.observe(response.status_code, response.headers)
                 if str(response.url) != url:
                     self._data_url = str(response.url)
                 if first:
-                    self.first_response_headers = response.headers
+                    self.first_responses = [
+                        *(hop.headers for hop in response.history),
+                        response.headers,
+                    ]
                 status = response.status_code
                 if status == 206:
                     received = await self._read_partial(
@@ -449,7 +404,7 @@ class HttpSource(ByteSource):
                 if status == 200:
                     return await self._read_whole(response, start, end, buffer, first=first)
                 if status == 416 and first:
-                    return self._empty_file(response)
+                    return self._empty_file(response.headers)
                 raise self._status_failure(status, response.headers, str(response.request.url))
         except httpx.TimeoutException as exc:
             raise _Retry(f"request timed out ({type(exc).__name__})", timed_out=True) from None
@@ -476,59 +431,130 @@ class HttpSource(ByteSource):
             ) from None
 
     async def _one_direct_request(
-        self, direct: RawRangeClient, start: int, end: int, buffer: memoryview, meter: Meter
+        self,
+        direct: RawRangeClient,
+        start: int,
+        end: int,
+        buffer: memoryview,
+        meter: Meter,
+        *,
+        first: bool,
     ) -> int:
-        url = self._data_url
-        problems: list[Exception] = []
+        """One attempt through the direct reader, following redirects when ``first``.
 
-        def accept(status: int, headers: httpx.Headers) -> bool:
-            if status != 206:
-                return False
+        Decides from each answer's head where its body goes: a 206 that matches the request
+        into ``buffer``; an accepted whole body (a first 200) into a buffer of its own; a small
+        redirect or error body into scratch, read only to keep the connection; anything else
+        is left unread, which closes the connection.
+        """
+        problems: list[Exception] = []
+        whole: list[bytearray] = []
+        if first:
+            self.first_responses = []
+
+        def accept(status: int, headers: httpx.Headers) -> memoryview | None:
             try:
-                self._check_partial(headers, start, end, first=False)
+                if status == 206:
+                    return buffer[: self._check_partial(headers, start, end, first=first)]
+                if status == 200:
+                    return self._whole_body_target(headers, start, whole) if first else None
             except Exception as exc:
                 problems.append(exc)
-                return False
-            return True
+                return None
+            return _drained(headers)
 
-        limiter = limiter_for(url)
-        try:
-            answer = await direct.get_into(
-                url, self._headers(start, end, first=False), buffer, accept, meter
-            )
-        except RawProtocolError as exc:
-            raise BadResponseError(
-                f"{self._shown}: the server's answer is not valid HTTP/1.1: {exc}"
-            ) from None
-        except RawTimeoutError as exc:
-            if exc.received:
-                raise _Truncated(
-                    exc.received, f"body stalled after {exc.received} bytes", timed_out=True
+        for _ in range(_MAX_REDIRECTS + 1):
+            url = self._data_url
+            headers = self._headers(start, end, first=first)
+            try:
+                answer = await direct.get_into(url, headers, accept, meter)
+            except RawProtocolError as exc:
+                raise BadResponseError(
+                    f"{self._shown}: the server's answer is not valid HTTP/1.1: {exc}"
                 ) from None
-            raise _Retry(f"request timed out ({exc})", timed_out=True) from None
-        except RawConnectionError as exc:
-            if exc.received:
-                raise _Truncated(exc.received, f"body cut: {exc}") from None
-            raise _Retry(f"network error: {exc}") from None
-        if problems:
-            raise problems[0]
+            except RawTimeoutError as exc:
+                if exc.received and not whole:
+                    raise _Truncated(
+                        exc.received, f"body stalled after {exc.received} bytes", timed_out=True
+                    ) from None
+                raise _Retry(f"request timed out ({exc})", timed_out=True) from None
+            except RawConnectionError as exc:
+                if exc.received and not whole:
+                    raise _Truncated(exc.received, f"body cut: {exc}") from None
+                raise _Retry(f"network error: {exc}") from None
+            except ValueError as exc:  # a header or URL that cannot be sent
+                raise BadResponseError(f"{self._shown}: HTTP request failed: {exc}") from None
+            if problems:
+                raise problems[0]
+            status, headers_in = answer.status, answer.headers
+            limiter_for(url).observe(status, headers_in)
+            if first:
+                self.first_responses.append(headers_in)
+            if first and status in _REDIRECTS and "Location" in headers_in:
+                self._data_url = self._redirect_target(url, headers_in["Location"])
+                continue
+            return self._direct_outcome(answer, start, end, buffer, whole, first=first)
+        raise BadResponseError(
+            f"{self._shown}: more than {_MAX_REDIRECTS} redirects (a redirect loop?); last URL "
+            f"{redact_url(self._data_url)}"
+        )
+
+    def _direct_outcome(
+        self,
+        answer: RawResponse,
+        start: int,
+        end: int,
+        buffer: memoryview,
+        whole: list[bytearray],
+        *,
+        first: bool,
+    ) -> int:
+        """What a direct answer that is not a redirect to follow means: bytes, or an error."""
         status, headers = answer.status, answer.headers
-        limiter.observe(status, headers)
         if status == 206 and answer.body_read:
+            self._verified = True
             return answer.received
         if status == 206:
             raise BadResponseError(
                 f"{self._shown}: the body announced for bytes {start}-{end - 1} "
                 f"(Content-Length {headers.get('Content-Length')}, Transfer-Encoding "
                 f"{headers.get('Transfer-Encoding')}) is longer than or differs from the "
-                f"{end - start} bytes that Content-Range announced"
+                f"{min(end, self._size or end) - start} bytes that Content-Range announced"
             )
+        if status == 200 and first and start == 0 and headers.get("Content-Length") == "0":
+            # An empty file: some servers (nginx) answer 200 with no body instead of 416.
+            self._size = 0
+            self._etag = headers.get("ETag")
+            return 0
+        if status == 200 and whole and answer.body_read:
+            return self._use_whole_body(bytes(whole[0]), headers, start, end, buffer)
         if status == 200:
             raise self._range_ignored(headers.get("Content-Length"), start, end)
-        if 300 <= status < 400:
+        if status == 416 and first:
+            return self._empty_file(headers)
+        if 300 <= status < 400 and not first:
             self._verified = False  # the URL moved: let httpx follow it
             raise _Retry(f"HTTP {status} redirect from a resolved URL", 0.0)
-        raise self._status_failure(status, headers, url)
+        raise self._status_failure(status, headers, self._data_url)
+
+    def _redirect_target(self, url: str, location: str) -> str:
+        """Where a redirect from ``url`` leads (a relative ``Location`` joined as httpx does).
+
+        Raises:
+            BadResponseError: the location is not a URL, or not an http(s) one.
+        """
+        try:
+            target = httpx.URL(url).join(location)
+        except httpx.InvalidURL as exc:
+            raise BadResponseError(
+                f"{self._shown}: redirected to an invalid URL ({exc}) from {redact_url(url)}"
+            ) from None
+        if target.scheme not in ("http", "https") or not target.host:
+            raise BadResponseError(
+                f"{self._shown}: redirected to a URL that cannot be fetched over HTTP(S) "
+                f"({redact_url(str(target))})"
+            )
+        return str(target)
 
     def _status_failure(self, status: int, headers: httpx.Headers, url: str) -> Exception:
         redirected = self._data_url != self._url
@@ -559,15 +585,15 @@ class HttpSource(ByteSource):
             )
         return BadResponseError(f"{self._shown}: unexpected HTTP {status}{detail} from {url}")
 
-    def _empty_file(self, response: httpx.Response) -> int:
-        match = _UNSATISFIED_RANGE.match(response.headers.get("Content-Range", ""))
+    def _empty_file(self, headers: httpx.Headers) -> int:
+        match = _UNSATISFIED_RANGE.match(headers.get("Content-Range", ""))
         if match is None or int(match.group(1)) != 0:
             raise BadResponseError(
                 f"{self._shown}: HTTP 416 for bytes from 0 without 'Content-Range: bytes */0' "
-                f"(saw {response.headers.get('Content-Range')!r})"
+                f"(saw {headers.get('Content-Range')!r})"
             )
         self._size = 0
-        self._remember_validators(response.headers)
+        self._remember_validators(headers)
         return 0
 
     def _check_identity(self, headers: httpx.Headers) -> None:
@@ -710,17 +736,45 @@ class HttpSource(ByteSource):
             self._size = 0
             self._etag = response.headers.get("ETag")
             return 0
-        limit = self._options.accept_whole_body_below_bytes
-        if not (first and declared is not None and declared.isdigit() and int(declared) < limit):
+        if not (first and self._whole_body_accepted(declared)):
             # Leaving the stream unread closes the connection: nothing more is downloaded.
             raise self._range_ignored(declared, start, end)
+        assert declared is not None
         body = bytearray(int(declared))
-        got = await self._read_body(response, memoryview(body), 0)
-        self._size = got
-        self._remember_validators(response.headers)
-        self._whole_body = bytes(body)
-        count = min(end, got) - start
-        buffer[:count] = self._whole_body[start : start + count]
+        try:
+            await self._read_body(response, memoryview(body), 0)
+        except _Truncated as cut:
+            # Its bytes went to the whole body, not to the caller's buffer: start over.
+            raise _Retry(cut.reason, timed_out=cut.timed_out) from None
+        return self._use_whole_body(bytes(body), response.headers, start, end, buffer)
+
+    def _whole_body_accepted(self, declared: str | None) -> bool:
+        limit = self._options.accept_whole_body_below_bytes
+        return declared is not None and declared.isdigit() and int(declared) < limit
+
+    def _whole_body_target(
+        self, headers: httpx.Headers, start: int, whole: list[bytearray]
+    ) -> memoryview | None:
+        """Where the body of a first 200 goes: nowhere (None) unless it is accepted whole."""
+        self._check_identity(headers)
+        declared = headers.get("Content-Length")
+        if start == 0 and declared == "0":
+            return memoryview(bytearray())  # an empty file
+        if not self._whole_body_accepted(declared):
+            return None
+        assert declared is not None
+        whole.append(bytearray(int(declared)))
+        return memoryview(whole[-1])
+
+    def _use_whole_body(
+        self, body: bytes, headers: httpx.Headers, start: int, end: int, buffer: memoryview
+    ) -> int:
+        """Keep a whole file's body (accepted below the limit) and serve ``[start, end)``."""
+        self._size = len(body)
+        self._remember_validators(headers)
+        self._whole_body = body
+        count = min(end, len(body)) - start
+        buffer[:count] = body[start : start + count]
         return count
 
     def _range_ignored(self, declared: str | None, start: int, end: int) -> Exception:
@@ -776,6 +830,14 @@ def _retry_after(
             f"than max_retry_after_seconds={options.max_retry_after_seconds}"
         )
     return seconds
+
+
+def _drained(headers: httpx.Headers) -> memoryview | None:
+    """Scratch for a small body nobody needs, so that its connection can be used again."""
+    length = headers.get("Content-Length", "")
+    if length.isdigit() and int(length) <= _DRAIN_BYTES:
+        return memoryview(bytearray(int(length)))
+    return None
 
 
 def _split_userinfo(url: str) -> tuple[str, str | None]:

@@ -289,6 +289,8 @@ class HubSource(HttpSource):
 
     async def open_prefix(self, length: int) -> Prefix:
         prefix = await super().open_prefix(length)
-        if self.first_response_headers is not None:
-            self._repo.pin(self.first_response_headers.get("X-Repo-Commit"))
+        # The hub's own answer carries the commit; for a large file that answer is the
+        # redirect to the CDN, not the final one.
+        for headers in self.first_responses:
+            self._repo.pin(headers.get("X-Repo-Commit"))
         return prefix

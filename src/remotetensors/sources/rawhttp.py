@@ -17,9 +17,10 @@ bypasses it. The rules, after RFC 9112:
 - 1xx interim answers (``100 Continue``, ``103 Early Hints``) are skipped; ``101`` is refused;
 - duplicate ``Content-Length`` fields with different values, or a ``Content-Length`` that is
   not a number, are refused (``RawProtocolError``);
-- the body is read only from a response whose ``Content-Length`` equals the buffer length and
-  that has no ``Transfer-Encoding`` and whose status and headers the caller accepts; any other
-  answer makes the connection close without its body being read, and the caller decides;
+- the body is read only when the caller, shown the status and headers, names a buffer for it,
+  and the response has no ``Transfer-Encoding`` and a ``Content-Length`` equal to that buffer's
+  length; any other answer makes the connection close without its body being read, and the
+  caller decides;
 - bytes beyond the announced body, or bytes that arrive when no request is outstanding, make
   the connection unusable;
 - a connection is kept for reuse only after a complete, accepted body, from an HTTP/1.1 answer
@@ -33,7 +34,6 @@ brackets (``Host: [::1]:8080``).
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
@@ -50,8 +50,9 @@ _SCRATCH_BYTES = 64 * 1024
 
 T = TypeVar("T")
 
-Accept = Callable[[int, httpx.Headers], bool]
-"""Called with the status and headers; True lets the body be read into the target."""
+Accept = Callable[[int, httpx.Headers], memoryview | None]
+"""Called with the status and headers; returns the buffer the body goes into (its length is
+the body length the response must announce), or None to close the connection unread."""
 
 
 class RawConnectionError(ConnectionError):
@@ -116,15 +117,13 @@ class _Protocol(asyncio.BufferedProtocol):
         assert isinstance(transport, asyncio.Transport)
         self.transport = transport
 
-    def begin(
-        self, parser: h11.Connection, target: memoryview, accept: Accept, meter: Meter | None
-    ) -> None:
+    def begin(self, parser: h11.Connection, accept: Accept, meter: Meter | None) -> None:
         loop = asyncio.get_running_loop()
         self._parser = parser
         self.meter = meter
         self._mode = "head"
-        self._target = target
-        self._expected = len(target)
+        self._target = memoryview(bytearray())
+        self._expected = 0
         self.received = 0
         self._accept = accept
         self.head_done = loop.create_future()
@@ -183,12 +182,16 @@ class _Protocol(asyncio.BufferedProtocol):
             self.keep_alive = "keep-alive" in tokens and "close" not in tokens
         length = headers.get("Content-Length", "")
         assert self._accept is not None
+        target = self._accept(status, headers)
         usable = (
-            self._accept(status, headers)
+            target is not None
             and "Transfer-Encoding" not in headers
             and length.isdigit()
-            and int(length) == self._expected
+            and int(length) == len(target)
         )
+        if target is not None and usable:
+            self._target = target
+            self._expected = len(target)
         assert self.head_done is not None
         if not self.head_done.done():
             self.head_done.set_result((status, headers, usable))
@@ -245,13 +248,12 @@ class _Protocol(asyncio.BufferedProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         before = self.head_done is not None and not self.head_done.done()
-        self._fail(
-            RawConnectionError(
-                f"connection closed after {self.received} of {self._expected} body bytes",
-                self.received,
-                before_response=before and self.received == 0,
-            )
+        message = (
+            "connection closed before a response"
+            if before
+            else f"connection closed after {self.received} of {self._expected} body bytes"
         )
+        self._fail(RawConnectionError(message, self.received, before_response=before))
 
     def eof_received(self) -> bool | None:
         return False
@@ -282,14 +284,14 @@ class RawRangeClient:
         self,
         url: str,
         headers: dict[str, str],
-        target: memoryview,
         accept: Accept,
         meter: Meter | None = None,
     ) -> RawResponse:
-        """GET ``url``; if ``accept`` approves the answer, its body goes into ``target``.
+        """GET ``url``; the body goes into the buffer ``accept(status, headers)`` returns.
 
-        The body is read only when it has exactly ``len(target)`` bytes, no transfer coding,
-        and ``accept(status, headers)`` is true; otherwise the connection is closed unread.
+        The body is read only when ``accept`` returns a buffer and the response announces
+        exactly that many bytes with no transfer coding; otherwise the connection is closed
+        unread. A body of length 0 is complete at once, and keeps the connection.
 
         ``meter``, when given, counts every byte received for this request.
 
@@ -318,7 +320,7 @@ class RawRangeClient:
             assert request is not None
             parser.send(h11.EndOfMessage())
             try:
-                return await self._exchange(protocol, key, parser, request, target, accept, meter)
+                return await self._exchange(protocol, key, parser, request, accept, meter)
             except RawConnectionError as exc:
                 if not (exc.before_response and protocol.progress == 0 and reuse):
                     raise
@@ -355,11 +357,10 @@ class RawRangeClient:
         key: tuple[str, str, int],
         parser: h11.Connection,
         request: bytes,
-        target: memoryview,
         accept: Accept,
         meter: Meter | None,
     ) -> RawResponse:
-        protocol.begin(parser, target, accept, meter)
+        protocol.begin(parser, accept, meter)
         # Protocol callbacks run outside the task: hand them the task's listener.
         protocol.on_body_bytes = bytes_listener()
         assert protocol.transport is not None
@@ -385,13 +386,12 @@ class RawRangeClient:
         """Wait for ``future`` while bytes keep arriving; fail after a silent read timeout."""
         while True:
             seen = protocol.progress
-            started = time.monotonic()
             try:
                 return await asyncio.wait_for(asyncio.shield(future), self._read_timeout)
             except asyncio.TimeoutError:
                 if protocol.progress == seen:
                     raise RawTimeoutError(
-                        f"no data for {time.monotonic() - started:.1f} s", protocol.received
+                        f"no data for {self._read_timeout:g} s", protocol.received
                     ) from None
 
     async def aclose(self) -> None:

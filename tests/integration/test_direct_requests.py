@@ -1,0 +1,161 @@
+"""Requests through the direct reader: first requests too, on connections a model's files share.
+
+With a client remotetensors made (``HttpOptions.new_client``), every request of a file goes
+through the direct reader (``sources/rawhttp.py``), redirects and errors included, and the files
+of a model share its connections; a client the caller passes sees every first request. Counted
+here on raw loopback servers: connections opened, requests, and where each request went.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+import remotetensors as rt
+from remotetensors.sources.http import HttpSource
+from remotetensors.sources.hub import HubPath, HubRepo
+from tests.hub_standin import LFS_THRESHOLD, HubStandIn
+from tests.integration.test_models import check_model, sharded
+from tests.rawservers import RawServer, Reply, Request, head, partial
+
+
+@pytest.fixture
+def serve() -> Iterator[Callable[..., RawServer]]:
+    started: list[RawServer] = []
+
+    def start(handler: Callable[[Request, int], Reply]) -> RawServer:
+        started.append(RawServer(handler))
+        return started[-1]
+
+    yield start
+    for server in started:
+        server.stop()
+
+
+def files_handler(files: dict[str, bytes]) -> Callable[[Request, int], Reply]:
+    """``/files/{name}`` with ranges; ``/moved/{name}`` redirects there with a small body; a
+    missing file is a 404 with a small body. Every answer keeps the connection."""
+
+    def answer(request: Request, number: int) -> Reply:
+        folder, _, name = request.target.lstrip("/").partition("/")
+        if folder == "moved":
+            return head("302 Found", [("Location", f"/files/{name}"), ("Content-Length", "5")]) + (
+                b"moved"
+            )
+        data = files.get(name)
+        if folder != "files" or data is None:
+            return head("404 Not Found", [("Content-Length", "9")]) + b"not found"
+        answer, body = partial(data, request, fields=[("ETag", f'"{len(data)}"')])
+        return answer + body
+
+    return answer
+
+
+def test_a_models_files_share_the_direct_readers_connections(
+    serve: Callable[..., RawServer],
+) -> None:
+    files, tensors = sharded(shards=6, layers_per_shard=1)
+    server = serve(files_handler(files))
+    options = rt.HttpOptions(max_connections=2)
+    with rt.open_model(f"{server.url}/files/", http_options=options) as model:
+        check_model(model, tensors)
+    # Discovery's misses (404), the index, six headers and the data reads: all on the two
+    # connections the options allow, none opened per file.
+    assert len(server.requests) > 10
+    assert server.connections <= 2
+
+
+def test_a_redirect_and_an_error_keep_their_connection(serve: Callable[..., RawServer]) -> None:
+    data = rt_file()
+    server = serve(files_handler({"m.safetensors": data}))
+
+    async def go() -> bytes:
+        client = rt.HttpOptions().new_client()
+        try:
+            missing = HttpSource(f"{server.url}/files/none.safetensors", client=client)
+            with pytest.raises(rt.NotFoundError, match="HTTP 404"):
+                await missing.open_prefix(64)
+            moved = HttpSource(f"{server.url}/moved/m.safetensors", client=client)
+            prefix = await moved.open_prefix(16)
+            buffer = bytearray(len(data) - 16)
+            await moved.read_into(16, memoryview(buffer))
+            return prefix.data + bytes(buffer)
+        finally:
+            await client.aclose()
+
+    assert asyncio.run(go()) == data
+    assert [r.target for r in server.requests] == [
+        "/files/none.safetensors",
+        "/moved/m.safetensors",
+        "/files/m.safetensors",
+        "/files/m.safetensors",  # the later read goes straight to where the redirect led
+    ]
+    assert server.connections == 1  # the 404's and the 302's bodies were read, not abandoned
+
+
+def test_a_callers_own_client_sees_every_first_request(serve: Callable[..., RawServer]) -> None:
+    data = rt_file()
+    server = serve(files_handler({"m.safetensors": data}))
+    seen: list[str] = []
+
+    async def record(request: httpx.Request) -> None:
+        seen.append(str(request.url))
+
+    async def go() -> bytes:
+        async with httpx.AsyncClient(event_hooks={"request": [record]}) as client:
+            source = HttpSource(f"{server.url}/moved/m.safetensors", client=client)
+            prefix = await source.open_prefix(16)
+            buffer = bytearray(len(data) - 16)
+            await source.read_into(16, memoryview(buffer))
+            await source.aclose()
+            return prefix.data + bytes(buffer)
+
+    assert asyncio.run(go()) == data
+    # The first request and its redirect went through the caller's client (its hooks, its
+    # auth); the data read, to the URL the redirect led to, went direct.
+    assert seen == [f"{server.url}/moved/m.safetensors", f"{server.url}/files/m.safetensors"]
+    assert len(server.requests) == 3
+
+
+@pytest.fixture(params=["direct", "httpx"])
+def engine(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    if request.param == "httpx":
+        # A configured proxy turns the direct reader off; pretend there is one.
+        monkeypatch.setattr("remotetensors.sources.http._proxy_configured", lambda: True)
+    return str(request.param)
+
+
+def test_the_hub_commit_is_pinned_from_the_redirect_to_the_cdn(engine: str) -> None:
+    hub = HubStandIn()
+    try:
+        data = rt_file(LFS_THRESHOLD)
+        commit = hub.add("org/big", {"model.safetensors": data})
+
+        async def go() -> str:
+            repo = HubRepo(HubPath.parse("hf://org/big"), endpoint=hub.endpoint)
+            source = repo.source("model.safetensors")
+            try:
+                await source.open_prefix(64)
+            finally:
+                await source.aclose()
+            return repo.revision
+
+        # The CDN's answer carries no X-Repo-Commit; the hub's 302 before it does.
+        assert asyncio.run(go()) == commit
+        assert [e.status for e in hub.log.entries] == [302, 206]
+    finally:
+        hub.stop()
+
+
+def rt_file(at_least: int = 4096) -> bytes:
+    """A small safetensors file of at least ``at_least`` bytes."""
+    import numpy as np
+
+    from tests.reference import write_reference
+
+    values: Any = np.arange(max(at_least // 4, 16), dtype=np.float32)
+    return write_reference({"w": values})
