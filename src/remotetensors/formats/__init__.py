@@ -7,15 +7,14 @@ from . import bintensors, safetensors
 
 
 def parse_any_header(header: bytes, *, file_size: int, location: str = "<bytes>") -> FileIndex:
-    """Parse a header of either format, told apart by its first byte (``.bt`` as a hint).
+    """Parse a header of either format, told apart by how it starts (``.bt`` as a hint).
 
-    A safetensors header starts with ``{`` or JSON whitespace; a bintensors header with its
-    metadata option tag, 0 or 1.
+    A safetensors header starts with ``{`` after optional JSON whitespace; a bintensors header
+    with its metadata option tag, 0 or 1.
 
     Raises:
         HeaderError: as the format's own parser does.
     """
-    first = header[0] if header else None
-    if bintensors.looks_like_bintensors(first, location):
+    if bintensors.looks_like_bintensors(header, location):
         return bintensors.parse_header(header, file_size=file_size, location=location)
     return safetensors.parse_header(header, file_size=file_size, location=location)

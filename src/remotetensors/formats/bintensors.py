@@ -17,6 +17,8 @@ rules (too small, too large, past the end) are shared with safetensors.
 
 from __future__ import annotations
 
+import re
+
 from ..dtypes import DTYPES
 from ..errors import HeaderError, HeaderErrorKind
 from ..index import FileIndex, TensorInfo, TensorTable
@@ -30,6 +32,7 @@ DTYPE_ORDER = (
 
 _U64_LIMIT = 2**64
 _ALLOCATION_BUDGET = 100_000_000
+_FIRST_NOT_WHITESPACE = re.compile(rb"[^ \t\r\n]")
 # What the reference decoder claims from its budget when it reads a container's length: the
 # in-memory size of one element (a tensor entry is 72 bytes, a metadata pair 48).
 _TENSOR_ENTRY_BYTES = 72
@@ -187,15 +190,16 @@ def _claim(nbytes: int, what: str, count: int) -> None:
         )
 
 
-def looks_like_bintensors(header_first_byte: int | None, location: str) -> bool:
-    """Whether a file is bintensors, from its first header byte and, as a hint, its name.
+def looks_like_bintensors(header: bytes, location: str) -> bool:
+    """Whether a file is bintensors, from the start of its header and, as a hint, its name.
 
     A bintensors header starts with its metadata option tag (0 or 1), a safetensors header with
-    ``{`` or JSON whitespace. Any other first byte (or none) is a broken file of either format:
-    the ``.bt`` suffix decides which format's error it gets.
+    ``{`` after optional JSON whitespace. Any other start (or none) is a broken file of either
+    format: the ``.bt`` suffix decides which format's error it gets.
     """
-    if header_first_byte in (0, 1):
+    if header[:1] in (b"\x00", b"\x01"):
         return True
-    if header_first_byte is not None and header_first_byte in b"{ \t\r\n":
+    first = _FIRST_NOT_WHITESPACE.search(header)
+    if first is not None and first.group() == b"{":
         return False
     return location.lower().split("?", 1)[0].endswith(".bt")
