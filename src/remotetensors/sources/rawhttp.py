@@ -5,18 +5,11 @@ which caps a single large range at a fraction of what the network and the kernel
 an :class:`asyncio.BufferedProtocol` gives the kernel the destination buffer itself: the body
 of a 206 is received directly into the numpy array, with no intermediate copy.
 
-It speaks only what ranged GETs need. The request is serialised, and the response head parsed,
-by h11 (the parser under httpx), so both paths accept and refuse the same heads; only the body
-bypasses it. The rules, after RFC 9112:
+It speaks only what ranged GETs need. Heads are written and read by :mod:`.http1`, which keeps
+h11's rules (the parser under httpx), so both paths accept and refuse the same heads, at a
+fraction of h11's CPU; a head that breaks them is ``RawProtocolError``. Beyond those rules:
 
-- status line ``HTTP/1.x SP 3DIGIT SP reason``, field lines ``name: value`` with token names
-  and no control characters in values, a head of at most 64 KiB (h11 refuses the rest:
-  ``RawProtocolError``);
-- a bare LF as line terminator and obs-fold continuation lines are accepted as RFC 9112 lets a
-  recipient do (sections 2.2 and 5.2; the fold is replaced by a space), as httpx does;
 - 1xx interim answers (``100 Continue``, ``103 Early Hints``) are skipped; ``101`` is refused;
-- duplicate ``Content-Length`` fields with different values, or a ``Content-Length`` that is
-  not a number, are refused (``RawProtocolError``);
 - the body is read only when the caller, shown the status and headers, names a buffer for it,
   and the response has no ``Transfer-Encoding`` and a ``Content-Length`` equal to that buffer's
   length; any other answer makes the connection close without its body being read, and the
@@ -34,21 +27,19 @@ brackets (``Host: [::1]:8080``).
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TypeVar
 from urllib.parse import urlsplit
 
-import h11
 import httpx
 
 from ..status import activity, bytes_listener
+from .http1 import HeadError, parse_response_head, request_head
 from .tls import shared_ssl_context
 
-_MAX_HEAD_BYTES = 64 * 1024
 _SCRATCH_BYTES = 64 * 1024
-
-T = TypeVar("T")
+_NOWHERE = memoryview(bytearray())
 
 Accept = Callable[[int, httpx.Headers], memoryview | None]
 """Called with the status and headers; returns the buffer the body goes into (its length is
@@ -96,38 +87,44 @@ class RawResponse:
 
 
 class _Protocol(asyncio.BufferedProtocol):
+    """One connection: a request's head goes out, its answer comes in (see the module rules).
+
+    ``done`` resolves once per request: with the answer when its body is complete (or when the
+    answer is refused and the connection closed unread), or with the error that ended it.
+    """
+
     def __init__(self) -> None:
         self.transport: asyncio.Transport | None = None
         self.closed = False
         self._scratch = bytearray(_SCRATCH_BYTES)
-        self._parser: h11.Connection | None = None
+        self._head = bytearray()
         self.meter: Meter | None = None
         self._mode = "idle"
-        self._target = memoryview(bytearray())
+        self._target = _NOWHERE
         self._expected = 0
         self.received = 0
         self.progress = 0  # bytes seen in total, for the read-timeout watchdog
         self._accept: Accept | None = None
+        self._answer: tuple[int, httpx.Headers] | None = None
         self.on_body_bytes: Callable[[int], None] | None = None
-        self.head_done: asyncio.Future[tuple[int, httpx.Headers, bool]] | None = None
-        self.body_done: asyncio.Future[None] | None = None
+        self.done: asyncio.Future[RawResponse] | None = None
         self.keep_alive = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self.transport = transport
 
-    def begin(self, parser: h11.Connection, accept: Accept, meter: Meter | None) -> None:
-        loop = asyncio.get_running_loop()
-        self._parser = parser
+    def begin(self, accept: Accept, meter: Meter | None) -> asyncio.Future[RawResponse]:
         self.meter = meter
         self._mode = "head"
-        self._target = memoryview(bytearray())
+        self._head.clear()
+        self._target = _NOWHERE
         self._expected = 0
         self.received = 0
         self._accept = accept
-        self.head_done = loop.create_future()
-        self.body_done = loop.create_future()
+        self._answer = None
+        self.done = asyncio.get_running_loop().create_future()
+        return self.done
 
     def get_buffer(self, sizehint: int) -> memoryview:
         if self._mode == "body":
@@ -145,65 +142,59 @@ class _Protocol(asyncio.BufferedProtocol):
                 self.on_body_bytes(nbytes)
             self._finish_if_complete()
         elif self._mode == "head":
-            assert self._parser is not None
-            self._parser.receive_data(bytes(self._scratch[:nbytes]))
+            self._head += memoryview(self._scratch)[:nbytes]
             self._parse_head()
         else:  # bytes nobody asked for: the connection cannot be trusted any more
             self._close()
 
     def _parse_head(self) -> None:
-        parser = self._parser
-        assert parser is not None
         try:
             while True:
-                event = parser.next_event()
-                if event is h11.NEED_DATA:
+                head = parse_response_head(self._head)
+                if head is None:
                     return
-                if isinstance(event, h11.InformationalResponse) and event.status_code != 101:
-                    continue  # 100 Continue, 103 Early Hints: the real answer follows
-                if isinstance(event, h11.Response):
+                if head.status == 101:
+                    raise HeadError("unexpected 101 Switching Protocols")
+                if head.status >= 200:
                     break
-                raise h11.RemoteProtocolError(f"unexpected {type(event).__name__}")
-        except h11.RemoteProtocolError as exc:
+                # 100 Continue, 103 Early Hints: the real answer follows
+        except HeadError as exc:
             self._fail(RawProtocolError(f"malformed response head: {exc}"))
             return
-        status = event.status_code
-        headers = httpx.Headers([(bytes(k), bytes(v)) for k, v in event.headers])
-        leftover = parser.trailing_data[0]
-        self._parser = None
+        status = head.status
+        headers = httpx.Headers(head.fields)
+        self._answer = (status, headers)
+        leftover = bytes(self._head)
+        self._head.clear()
         tokens = {
             token.strip().lower()
             for value in headers.get_list("Connection")
             for token in value.split(",")
         }
-        if event.http_version == b"1.1":
+        if head.http_version == b"1.1":
             self.keep_alive = "close" not in tokens
         else:
             self.keep_alive = "keep-alive" in tokens and "close" not in tokens
         length = headers.get("Content-Length", "")
         assert self._accept is not None
         target = self._accept(status, headers)
-        usable = (
-            target is not None
-            and "Transfer-Encoding" not in headers
-            and length.isdigit()
-            and int(length) == len(target)
-        )
-        if target is not None and usable:
-            self._target = target
-            self._expected = len(target)
-        assert self.head_done is not None
-        if not self.head_done.done():
-            self.head_done.set_result((status, headers, usable))
-        if not usable:
+        if (
+            target is None
+            or "Transfer-Encoding" in headers
+            or not length.isdigit()
+            or int(length) != len(target)
+        ):
             # Leave the body unread: closing the connection is what stops the download.
             self._mode = "idle"
+            self._resolve(RawResponse(status, headers, 0, False))
             self._close()
             return
-        if len(leftover) > self._expected:
+        if len(leftover) > len(target):
             self._fail(RawProtocolError("the body is longer than its Content-Length"))
             return
-        self._target[: len(leftover)] = leftover
+        self._target = target
+        self._expected = len(target)
+        target[: len(leftover)] = leftover
         self.received = len(leftover)
         self._mode = "body"
         self._finish_if_complete()
@@ -211,33 +202,28 @@ class _Protocol(asyncio.BufferedProtocol):
     def _finish_if_complete(self) -> None:
         if self.received == self._expected:
             self._mode = "idle"
-            if self.body_done is not None and not self.body_done.done():
-                self.body_done.set_result(None)
+            assert self._answer is not None
+            status, headers = self._answer
+            self._resolve(RawResponse(status, headers, self.received, True))
+
+    def _resolve(self, answer: RawResponse) -> None:
+        if self.done is not None and not self.done.done():
+            self.done.set_result(answer)
 
     def _fail(self, error: BaseException) -> None:
-        head, body = self.head_done, self.body_done
-        if head is not None and not head.done():
-            head.set_exception(error)
-            if body is not None and not body.done():
-                body.cancel()  # nobody will wait for a body that never started
-        elif body is not None and not body.done():
-            if (
-                head is not None
-                and not head.cancelled()
-                and head.exception() is None
-                and head.result()[2]
-            ):
-                body.set_exception(error)
-            else:
-                body.cancel()
+        if self.done is not None and not self.done.done():
+            self.done.set_exception(error)
         self._close()
+
+    def stalled(self, seconds: float) -> None:
+        """No byte arrived for ``seconds``: end the request with RawTimeoutError."""
+        self._fail(RawTimeoutError(f"no data for {seconds:g} s", self.received))
 
     def abandon(self) -> None:
         """Nobody waits any more (a timeout, a cancellation): close without leaving a future
         holding an exception that no one will retrieve."""
-        for future in (self.head_done, self.body_done):
-            if future is not None and not future.done():
-                future.cancel()
+        if self.done is not None and not self.done.done():
+            self.done.cancel()
         self._close()
 
     def _close(self) -> None:
@@ -247,7 +233,7 @@ class _Protocol(asyncio.BufferedProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
-        before = self.head_done is not None and not self.head_done.done()
+        before = self._answer is None
         message = (
             "connection closed before a response"
             if before
@@ -257,6 +243,39 @@ class _Protocol(asyncio.BufferedProtocol):
 
     def eof_received(self) -> bool | None:
         return False
+
+
+class _Watchdog:
+    """Ends a request after ``seconds`` without a byte (one timer, re-armed while bytes flow)."""
+
+    def __init__(self, protocol: _Protocol, seconds: float) -> None:
+        self._protocol = protocol
+        self._seconds = seconds
+        self._seen = protocol.progress
+        self._loop = asyncio.get_running_loop()
+        self._timer = self._loop.call_later(seconds, self._check)
+
+    def _check(self) -> None:
+        if self._protocol.progress == self._seen:
+            self._protocol.stalled(self._seconds)
+            return
+        self._seen = self._protocol.progress
+        self._timer = self._loop.call_later(self._seconds, self._check)
+
+    def cancel(self) -> None:
+        self._timer.cancel()
+
+
+@functools.lru_cache(maxsize=4096)
+def _address(url: str) -> tuple[tuple[str, str, int], str, str]:
+    """The pool key ``(scheme, host, port)``, the request target and the ``Host`` value."""
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    host = parts.hostname or ""
+    port = parts.port or (443 if scheme == "https" else 80)
+    target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    # The authority as written, minus userinfo: IPv6 literals keep their brackets.
+    return (scheme, host, port), target, parts.netloc.rpartition("@")[2]
 
 
 class RawRangeClient:
@@ -299,28 +318,17 @@ class RawRangeClient:
             RawConnectionError, RawTimeoutError: with the body bytes received so far.
             RawProtocolError: the answer broke HTTP/1.1 (see the module docstring).
         """
-        parts = urlsplit(url)
-        scheme = parts.scheme.lower()
-        host = parts.hostname or ""
-        port = parts.port or (443 if scheme == "https" else 80)
-        key = (scheme, host, port)
-        path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-        # The authority as written, minus userinfo: IPv6 literals keep their brackets.
-        authority = parts.netloc.rpartition("@")[2]
-        fields = [("Host", authority), *headers.items()]
+        key, target, authority = _address(url)
+        try:
+            request = request_head(target, [("Host", authority), *headers.items()])
+        except HeadError as exc:
+            raise ValueError(f"cannot send this request: {exc}") from None
         # A pooled connection the server already closed fails before any response: retry once
         # on a fresh connection, as every HTTP client does.
         for reuse in (True, False):
             protocol = await self._connection(key, reuse=reuse)
-            parser = h11.Connection(h11.CLIENT, max_incomplete_event_size=_MAX_HEAD_BYTES)
             try:
-                request = parser.send(h11.Request(method="GET", target=path, headers=fields))
-            except h11.LocalProtocolError as exc:
-                raise ValueError(f"cannot send this request: {exc}") from None
-            assert request is not None
-            parser.send(h11.EndOfMessage())
-            try:
-                return await self._exchange(protocol, key, parser, request, accept, meter)
+                return await self._exchange(protocol, key, request, accept, meter)
             except RawConnectionError as exc:
                 if not (exc.before_response and protocol.progress == 0 and reuse):
                     raise
@@ -355,44 +363,30 @@ class RawRangeClient:
         self,
         protocol: _Protocol,
         key: tuple[str, str, int],
-        parser: h11.Connection,
         request: bytes,
         accept: Accept,
         meter: Meter | None,
     ) -> RawResponse:
-        protocol.begin(parser, accept, meter)
+        done = protocol.begin(accept, meter)
         # Protocol callbacks run outside the task: hand them the task's listener.
         protocol.on_body_bytes = bytes_listener()
         assert protocol.transport is not None
-        assert protocol.head_done is not None
-        assert protocol.body_done is not None
         protocol.transport.write(request)
+        watchdog = _Watchdog(protocol, self._read_timeout)
         try:
-            status, headers, usable = await self._wait(protocol, protocol.head_done)
-            if usable:
-                await self._wait(protocol, protocol.body_done)
+            answer = await done
         except BaseException:
             protocol.abandon()
             raise
-        if usable and protocol.keep_alive and not protocol.closed:
+        finally:
+            watchdog.cancel()
+        if answer.body_read and protocol.keep_alive and not protocol.closed:
             idle = self._idle.setdefault(key, [])
             if len(idle) < self._max_idle:
                 idle.append(protocol)
             else:
                 protocol._close()
-        return RawResponse(status, headers, protocol.received if usable else 0, usable)
-
-    async def _wait(self, protocol: _Protocol, future: asyncio.Future[T]) -> T:
-        """Wait for ``future`` while bytes keep arriving; fail after a silent read timeout."""
-        while True:
-            seen = protocol.progress
-            try:
-                return await asyncio.wait_for(asyncio.shield(future), self._read_timeout)
-            except asyncio.TimeoutError:
-                if protocol.progress == seen:
-                    raise RawTimeoutError(
-                        f"no data for {self._read_timeout:g} s", protocol.received
-                    ) from None
+        return answer
 
     async def aclose(self) -> None:
         """Close every idle connection."""
