@@ -246,20 +246,60 @@ def scan(
 ) -> Iterator[ScanResult]:
     """The sync twin of :func:`scan_async`: an iterator of results as they complete.
 
-    The scan runs on the sync bridge's loop; it keeps working while the caller handles a
-    result. Leaving the loop early (``break``) cancels the models still open.
+    The scan runs on the sync bridge's loop and keeps working while the caller handles a
+    result (up to ``2 * concurrency`` results wait for the caller); each call into the bridge
+    hands over every result ready by then. Leaving the loop early (``break``) cancels the
+    models still open.
     """
     results = scan_async(locations, concurrency=concurrency, **open_model_kwargs)
 
-    async def step() -> ScanResult:
-        return await results.__anext__()
+    async def start() -> _Pump:
+        return _Pump(results, bound=2 * max(concurrency, 1))
 
+    pump = run_sync(start())
     try:
         while True:
-            try:
-                result = run_sync(step())
-            except StopAsyncIteration:
-                return
-            yield result
+            for item in run_sync(pump.ready()):
+                if item is _END:
+                    return
+                if isinstance(item, BaseException):
+                    raise item
+                assert isinstance(item, ScanResult)
+                yield item
     finally:
-        run_sync(results.aclose())
+        run_sync(pump.aclose())
+
+
+_END = object()
+
+
+class _Pump:
+    """Runs a scan to its end on the current loop, keeping up to ``bound`` results for the
+    thread that takes them; then the end marker, or the exception that stopped the scan."""
+
+    def __init__(self, results: AsyncGenerator[ScanResult, None], *, bound: int) -> None:
+        self._results = results
+        self._queue: asyncio.Queue[object] = asyncio.Queue(bound + 1)  # + the end marker
+        self._task = asyncio.create_task(self._run())
+
+    async def _run(self) -> None:
+        try:
+            async for result in self._results:
+                await self._queue.put(result)
+        except Exception as exc:  # the scan's own arguments or locations iterable failed
+            await self._queue.put(exc)
+            return
+        await self._queue.put(_END)
+
+    async def ready(self) -> list[object]:
+        """Every item ready now; waits for the first one."""
+        items = [await self._queue.get()]
+        while not self._queue.empty():
+            items.append(self._queue.get_nowait())
+        return items
+
+    async def aclose(self) -> None:
+        """Stop the scan (cancelling the models still open) and close it."""
+        self._task.cancel()
+        await asyncio.gather(self._task, return_exceptions=True)
+        await self._results.aclose()
