@@ -13,6 +13,7 @@ import asyncio
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from .prefault import Populating
 from .progress import Progress, bar, wanted
 from .ranges import ByteRange, Part, plan_reads
 from .status import counting_bytes
@@ -78,7 +79,9 @@ async def fetch_into(
         counted.finish()
 
     try:
-        await gather_or_cancel([run(part) for part in plan.parts])
+        # Large destinations get their pages mapped on another core while the bytes arrive.
+        async with Populating([t.buffer for t in remaining]):
+            await gather_or_cancel([run(part) for part in plan.parts])
     finally:
         shown.close()
 

@@ -79,6 +79,34 @@ def test_every_dtype_over_http_equals_the_reference(
                 assert got.tobytes() == expected.tobytes()
 
 
+def test_large_tensors_read_in_parallel_while_their_pages_are_populated(
+    static: tuple[str, Log, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Small limits, so that a few MiB take the path of a 512 MiB tensor: the populating
+    # thread walks four destinations in 64 KiB steps while four parts fill them.
+    from remotetensors import prefault
+
+    monkeypatch.setattr(prefault, "MIN_BYTES", 1024 * 1024)
+    monkeypatch.setattr(prefault, "STEP_BYTES", 64 * 1024)
+    started: list[int] = []
+    real = prefault._populate
+
+    def populate(buffers: list[memoryview], stop: threading.Event) -> None:
+        started.append(len(buffers))
+        real(buffers, stop)
+
+    monkeypatch.setattr(prefault, "_populate", populate)
+    base, _, root = static
+    rng = np.random.default_rng(3)
+    tensors = {f"t{i}": rng.standard_normal(600_000).astype(np.float32) for i in range(4)}
+    (root / "large.safetensors").write_bytes(write_reference(tensors))
+    with rt.safe_open(f"{base}/large.safetensors") as f:
+        got = f.get_tensors()
+    for name, expected in tensors.items():
+        assert got[name].tobytes() == expected.tobytes(), name
+    assert started == [4]
+
+
 def test_slices_over_http_equal_reference_get_slice(
     static: tuple[str, Log, Path], tmp_path: Path
 ) -> None:
