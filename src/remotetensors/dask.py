@@ -37,13 +37,13 @@ if TYPE_CHECKING:
 
     import dask.array as da
     import dask.bag as db
-    import httpx
     import numpy.typing as npt
 
     from .index import TensorInfo
     from .options import ReadOptions
     from .scan import ScanResult
     from .sources.base import ByteSource
+    from .sources.httpclient import Client
     from .sources.recipe import SourceRecipe
 
 
@@ -172,7 +172,7 @@ def _slices(items: list[Any], shape: tuple[int, ...]) -> list[tuple[slice, int]]
 
 _pid = os.getpid()
 _sources: dict[bytes, asyncio.Task[ByteSource]] = {}
-_clients: dict[str, httpx.AsyncClient] = {}
+_clients: dict[str, Client] = {}
 
 
 async def _opened(recipe: SourceRecipe) -> ByteSource:
@@ -195,13 +195,13 @@ async def _opened(recipe: SourceRecipe) -> ByteSource:
         raise
 
 
-def _client_for(recipe: SourceRecipe) -> httpx.AsyncClient | None:
+def _client_for(recipe: SourceRecipe) -> Client | None:
     if recipe.kind != "http" or recipe.http_options is None:
         return None if recipe.kind != "http" else _shared_client(None)
     return _shared_client(recipe.http_options)
 
 
-def _shared_client(options: Any) -> httpx.AsyncClient:
+def _shared_client(options: Any) -> Client:
     from .sources.http import HttpOptions
 
     options = options or HttpOptions()

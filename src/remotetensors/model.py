@@ -19,8 +19,6 @@ import warnings
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, overload
 
-import httpx
-
 from . import hub_onecall
 from .configs import ConfigFiles, ConfigWarning, read_configs
 from .errors import (
@@ -54,6 +52,7 @@ from .reader import AsyncTensorFile
 from .redact import redact_url
 from .sources.base import Traffic
 from .sources.http import HttpOptions
+from .sources.httpclient import Client
 from .sources.resolve import Place, split_location
 
 if TYPE_CHECKING:
@@ -91,7 +90,7 @@ class AsyncModel:
         files: Mapping[str, AsyncTensorFile],
         index: ModelIndex,
         *,
-        client: httpx.AsyncClient | None = None,
+        client: Client | None = None,
         configs: ConfigFiles | None = None,
     ) -> None:
         self.location = redact_url(location)  # named in messages and views: no secrets
@@ -417,7 +416,7 @@ async def load_model(
     options: ReadOptions | None = None,
     http_options: HttpOptions | None = None,
     framework: str = "numpy",
-    client: httpx.AsyncClient | None = None,
+    client: Client | None = None,
 ) -> AsyncModel:
     """Open a model: a file, or a folder, prefix or repo holding one file or shards.
 
@@ -432,8 +431,9 @@ async def load_model(
         options: header window, gap, part size and concurrency (per file).
         http_options: timeouts, retries, headers.
         framework: ``"numpy"`` or ``"pt"``.
-        client: an httpx client to share with other models (a scan does); the caller closes
-            it. By default the model creates its own and closes it in ``aclose``.
+        client: a client to share with other models (a scan does; see
+            :mod:`.sources.httpclient`); the caller closes it. By default the model creates
+            its own and closes it in ``aclose``.
 
     Raises:
         NotFoundError: neither ``model.safetensors`` nor its index exists at a folder, nor a

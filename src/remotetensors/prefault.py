@@ -42,7 +42,7 @@ def _madvise() -> Callable[[int, int, int], int] | None:
         return None
     function.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
     function.restype = ctypes.c_int
-    return function  
+    return function
 
 
 def _address(buffer: memoryview) -> int:

@@ -31,7 +31,7 @@ from .sources.ratelimit import WaitTally, context_with_tallies
 from .sync import run_sync
 
 if TYPE_CHECKING:
-    import httpx
+    from .sources.httpclient import Client
 
 
 @dataclass(frozen=True, slots=True)
@@ -228,7 +228,7 @@ spent three quarters of a 64-at-once scan's CPU there. Several small pools hold 
 connections for a fraction of that."""
 
 
-def _clients(http_options: HttpOptions, concurrency: int) -> list[httpx.AsyncClient]:
+def _clients(http_options: HttpOptions, concurrency: int) -> list[Client]:
     """The scan's HTTP clients: two connections per model open at once (at least the options'
     ``max_connections``), spread over pools of :data:`POOL_CONNECTIONS`; models take them in
     turn."""

@@ -9,6 +9,8 @@ here on raw loopback servers: connections opened, requests, and where each reque
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -159,3 +161,22 @@ def rt_file(at_least: int = 4096) -> bytes:
 
     values: Any = np.arange(max(at_least // 4, 16), dtype=np.float32)
     return write_reference({"w": values})
+
+
+def test_a_plain_http_model_never_builds_an_httpx_client(serve: Callable[..., RawServer]) -> None:
+    # Making httpx's first client imports httpcore and builds the TLS context, about 75 ms:
+    # nothing of a model over plain HTTP needs either when every request goes direct.
+    files, _ = sharded(shards=2, layers_per_shard=1)
+    server = serve(files_handler(files))
+    code = (
+        "import sys, remotetensors as rt\n"
+        f"with rt.open_model({server.url + '/files/'!r}) as m:\n"
+        "    assert m.num_parameters > 0\n"
+        "    m.get_tensor(next(iter(m.keys())))\n"
+        "print(sorted(n for n in ('httpcore', 'h11', 'certifi') if n in sys.modules))\n"
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == "[]"

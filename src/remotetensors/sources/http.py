@@ -39,7 +39,6 @@ import re
 import time
 from urllib.parse import unquote, urlsplit, urlunsplit
 
-import h11
 import httpx
 
 from ..errors import (
@@ -55,7 +54,7 @@ from ..ranges import ByteRange
 from ..redact import redact_url
 from ..status import Retrying, activity, bytes_listener, retrying
 from .base import ByteSource, Prefix
-from .httpclient import HttpClient, HttpOptions
+from .httpclient import Client, HttpClient, HttpOptions, httpx_of
 from .ratelimit import limiter_for, retry_after_seconds
 from .rawhttp import (
     Meter,
@@ -78,7 +77,7 @@ _RETRY_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
 
 
-def _turns(client: httpx.AsyncClient) -> contextlib.AbstractAsyncContextManager[object]:
+def _turns(client: Client) -> contextlib.AbstractAsyncContextManager[object]:
     """Hold one of ``client``'s connections for a request (no limit for a client made
     elsewhere, whose pool size is not known)."""
     return client.turns if isinstance(client, HttpClient) else contextlib.nullcontext()
@@ -111,8 +110,9 @@ class HttpSource(ByteSource):
 
     Args:
         url: the file's URL; redirects from it are followed on the first request.
-        client: an httpx client to share between files; when ``None`` the source creates one
-            and closes it in :meth:`aclose`.
+        client: a client to share between files (one remotetensors made, or the caller's
+            httpx client, see :mod:`.httpclient`); when ``None`` the source creates one and
+            closes it in :meth:`aclose`.
         options: timeouts, retries and the other knobs of :class:`HttpOptions`.
     """
 
@@ -120,7 +120,7 @@ class HttpSource(ByteSource):
         self,
         url: str,
         *,
-        client: httpx.AsyncClient | None = None,
+        client: Client | None = None,
         options: HttpOptions | None = None,
     ) -> None:
         self._given_url = url  # with its userinfo: what another process must open again
@@ -154,7 +154,7 @@ class HttpSource(ByteSource):
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self._shown}>"
 
-    def _http(self) -> httpx.AsyncClient:
+    def _http(self) -> Client:
         if self._client is None:
             self._client = self._options.new_client()
         return self._client
@@ -379,7 +379,7 @@ class HttpSource(ByteSource):
         try:
             async with (
                 _turns(client),
-                client.stream(
+                httpx_of(client).stream(
                     "GET",
                     url,
                     headers=self._headers(start, end, first=first),
@@ -410,8 +410,8 @@ class HttpSource(ByteSource):
             raise _Retry(f"request timed out ({type(exc).__name__})", timed_out=True) from None
         except httpx.TooManyRedirects:
             raise BadResponseError(
-                f"{self._shown}: more than {self._http().max_redirects} redirects (a redirect "
-                f"loop?); last URL {redact_url(url)}"
+                f"{self._shown}: more than {httpx_of(client).max_redirects} redirects (a "
+                f"redirect loop?); last URL {redact_url(url)}"
             ) from None
         except httpx.UnsupportedProtocol as exc:
             raise BadResponseError(
@@ -859,6 +859,8 @@ def _split_userinfo(url: str) -> tuple[str, str | None]:
 
 def _malformed(exc: BaseException) -> bool:
     """Whether httpx's protocol error came from h11 refusing the bytes (not a disconnect)."""
+    import h11  # loaded by httpx already when this runs; not needed before
+
     seen: BaseException | None = exc
     for _ in range(5):
         if seen is None:

@@ -1,8 +1,8 @@
 """The HTTP source's options, and the client remotetensors makes from them.
 
-:class:`HttpClient` is an httpx client that also carries what every file read through it
-shares: a turn for each of its connections, and the direct reader (:mod:`.rawhttp`) with its own
-pool of kept-alive connections. Files of one model share one client, so they share both.
+:class:`HttpClient` carries what every file read through it shares: a turn for each of its
+connections, the direct reader (:mod:`.rawhttp`) with its pool of kept-alive connections, and
+an httpx client for what the direct reader does not do. Files of one model share one client.
 """
 
 from __future__ import annotations
@@ -79,8 +79,13 @@ class HttpOptions:
         return HttpClient(self)
 
 
-class HttpClient(httpx.AsyncClient):
-    """An httpx client, plus the direct reader and the connection turns its files share.
+class HttpClient:
+    """What the files read through it share: connection turns, the direct reader, and an httpx
+    client made on first use.
+
+    Most opens never need httpx (every request goes direct); making its client imports httpcore
+    and builds the TLS context, about 75 ms the first time in a process, so that waits until a
+    request needs it (a proxy, the hub's JSON API, ``direct_reads=False``).
 
     Args:
         options: timeouts and ``max_connections`` for both httpx and the direct reader.
@@ -97,24 +102,45 @@ class HttpClient(httpx.AsyncClient):
     """
 
     def __init__(self, options: HttpOptions) -> None:
-        super().__init__(
-            timeout=httpx.Timeout(
-                options.read_timeout_seconds, connect=options.connect_timeout_seconds
-            ),
-            limits=httpx.Limits(
-                max_connections=options.max_connections,
-                max_keepalive_connections=options.max_connections,
-            ),
-            follow_redirects=True,
-            verify=shared_ssl_context(),
-        )
+        self.options = options
         self.turns = asyncio.Semaphore(options.max_connections)
         self.direct = RawRangeClient(
             connect_timeout_seconds=options.connect_timeout_seconds,
             read_timeout_seconds=options.read_timeout_seconds,
             max_idle_per_host=options.max_connections,
         )
+        self._httpx: httpx.AsyncClient | None = None
+
+    @property
+    def httpx(self) -> httpx.AsyncClient:
+        """The httpx client (made now if it was not yet)."""
+        if self._httpx is None:
+            options = self.options
+            self._httpx = httpx.AsyncClient(
+                timeout=httpx.Timeout(
+                    options.read_timeout_seconds, connect=options.connect_timeout_seconds
+                ),
+                limits=httpx.Limits(
+                    max_connections=options.max_connections,
+                    max_keepalive_connections=options.max_connections,
+                ),
+                follow_redirects=True,
+                verify=shared_ssl_context(),
+            )
+        return self._httpx
 
     async def aclose(self) -> None:
+        """Close every connection, direct and httpx."""
         await self.direct.aclose()
-        await super().aclose()
+        if self._httpx is not None:
+            await self._httpx.aclose()
+            self._httpx = None
+
+
+Client = HttpClient | httpx.AsyncClient
+"""A client to read through: one remotetensors made, or an httpx client the caller brings."""
+
+
+def httpx_of(client: Client) -> httpx.AsyncClient:
+    """The httpx client to send ``client``'s httpx requests with."""
+    return client.httpx if isinstance(client, HttpClient) else client

@@ -28,6 +28,8 @@ if TYPE_CHECKING:
 
     import httpx
 
+    from .httpclient import Client
+
 DEFAULT_ENDPOINT = "https://huggingface.co"
 _FILE_SUFFIXES = (".safetensors", ".bt", ".json")
 
@@ -124,7 +126,7 @@ class HubRepo:
         token: see :func:`resolve_token`.
         endpoint: the hub's base URL; ``HF_ENDPOINT`` or the public hub when None.
         http_options: timeouts and retries; the token is added as an Authorization header.
-        client: an httpx client shared by the files.
+        client: the client shared by the files (see :mod:`.httpclient`).
     """
 
     def __init__(
@@ -134,7 +136,7 @@ class HubRepo:
         token: str | bool | None = None,
         endpoint: str | None = None,
         http_options: HttpOptions | None = None,
-        client: httpx.AsyncClient | None = None,
+        client: Client | None = None,
     ) -> None:
         self.repo = repo
         self.endpoint = (endpoint or os.environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT).rstrip("/")
@@ -155,8 +157,8 @@ class HubRepo:
         return self._options.headers
 
     @property
-    def client(self) -> httpx.AsyncClient | None:
-        """The httpx client shared by the repo's files, if any."""
+    def client(self) -> Client | None:
+        """The client shared by the repo's files, if any."""
         return self._client
 
     def url(self, path: str) -> str:
@@ -178,6 +180,7 @@ class HubRepo:
         import httpx
 
         from ..errors import NotFoundError, PermissionDeniedError, TransportError
+        from .httpclient import httpx_of
 
         revision = quote(self.revision, safe="")
         tail = f"/{quote(folder)}" if folder else ""
@@ -192,7 +195,7 @@ class HubRepo:
                 if url is None:
                     break
                 try:
-                    response = await client.get(url, headers=dict(self._options.headers))
+                    response = await httpx_of(client).get(url, headers=dict(self._options.headers))
                 except httpx.HTTPError as exc:
                     raise TransportError(f"{self.repo}: listing files failed: {exc}") from exc
                 if response.status_code in (404, 410):
@@ -235,7 +238,7 @@ class HubSource(HttpSource):
         repo: HubRepo,
         path: str,
         *,
-        client: httpx.AsyncClient | None,
+        client: Client | None,
         options: HttpOptions,
     ) -> None:
         super().__init__(repo.url(path), client=client, options=options)

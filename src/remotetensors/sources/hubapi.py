@@ -18,6 +18,7 @@ from urllib.parse import quote
 
 import httpx
 
+from .httpclient import httpx_of
 from .ratelimit import limiter_for
 
 if TYPE_CHECKING:
@@ -65,10 +66,9 @@ async def fetch_sharded_metadata(repo: HubRepo, index_path: str) -> MetadataAnsw
         f"{quote(index_path)}"
     )
     limiter = limiter_for(url)
-    client = repo.client
-    owned = client is None
-    if client is None:
-        client = httpx.AsyncClient(follow_redirects=True)
+    shared = repo.client
+    client = httpx.AsyncClient(follow_redirects=True) if shared is None else httpx_of(shared)
+    owned = shared is None
     try:
         for attempt in range(1, MAX_ATTEMPTS + 1):
             await limiter.acquire()

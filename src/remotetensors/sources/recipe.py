@@ -16,10 +16,9 @@ from ..errors import RemoteFileChangedError
 from ..redact import redact_url
 
 if TYPE_CHECKING:
-    import httpx
-
     from .base import ByteSource
     from .http import HttpOptions
+    from .httpclient import Client
 
 RecipeKind = Literal["http", "fsspec", "local"]
 
@@ -58,7 +57,7 @@ class SourceRecipe:
             f"validator={self.validator})"
         )
 
-    def source(self, *, client: httpx.AsyncClient | None = None) -> ByteSource:
+    def source(self, *, client: Client | None = None) -> ByteSource:
         """A new, unopened source for the file (``client`` is shared by ``"http"`` sources)."""
         if self.kind == "http":
             from .http import HttpSource
@@ -72,7 +71,7 @@ class SourceRecipe:
 
         return LocalSource(self.target, location=self.location)
 
-    async def open(self, *, client: httpx.AsyncClient | None = None) -> ByteSource:
+    async def open(self, *, client: Client | None = None) -> ByteSource:
         """Open the file and check it is still the version of the recipe.
 
         Costs one small request (the first :data:`PIN_CHECK_BYTES` bytes).

@@ -21,9 +21,8 @@ from .local import LocalSource
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    import httpx
-
     from .base import ByteSource
+    from .httpclient import Client
 
 FILE_SUFFIXES = (".safetensors", ".bt", ".json", ".gguf")
 """Locations ending in these name a file; any other names a folder, prefix or repo."""
@@ -43,7 +42,7 @@ class Place:
     kind: str
     base: str
     http_options: HttpOptions | None = None
-    client: httpx.AsyncClient | None = None
+    client: Client | None = None
     storage_options: Mapping[str, Any] | None = None
     hub: HubRepo | None = None
     hub_path: HubPath | None = None
@@ -113,7 +112,7 @@ def split_location(
     revision: str | None = None,
     token: str | bool | None = None,
     http_options: HttpOptions | None = None,
-    client: httpx.AsyncClient | None = None,
+    client: Client | None = None,
     storage_options: Mapping[str, Any] | None = None,
 ) -> tuple[Place, str | None]:
     """The place of a model location, and the file name when it names one file.
@@ -170,7 +169,7 @@ def open_source(
     location: str | os.PathLike[str],
     *,
     http_options: HttpOptions | None = None,
-    client: httpx.AsyncClient | None = None,
+    client: Client | None = None,
     storage_options: Mapping[str, Any] | None = None,
     token: str | bool | None = None,
     revision: str | None = None,
