@@ -291,33 +291,52 @@ class HttpSource(ByteSource):
         meter = Meter()
         window = options.throughput_window_seconds
         floor = options.min_bytes_per_second * window
-        attempt = self._one_request(start, end, buffer, first=first, meter=meter)
-        task = asyncio.ensure_future(attempt)
-        try:
-            while True:
-                mark = meter.bytes
-                timeout = window
-                if deadline is not None:
-                    timeout = min(timeout, deadline - time.monotonic())
-                done, _ = await asyncio.wait((task,), timeout=max(timeout, 0.0))
-                if done:
-                    return task.result()
-                if deadline is not None and time.monotonic() >= deadline:
-                    raise self._deadline_passed(f"{meter.bytes} bytes received by then")
-                if meter.bytes - mark < floor:
-                    raise RequestTimeoutError(
+        attempt = asyncio.ensure_future(
+            self._one_request(start, end, buffer, first=first, meter=meter)
+        )
+        # One timer per window watches the attempt (cheaper than waiting on it with a timeout):
+        # when a bound trips it records why and cancels the attempt.
+        loop = asyncio.get_running_loop()
+        tripped: list[RequestTimeoutError] = []
+        mark = meter.bytes
+        timer: asyncio.TimerHandle | None = None
+
+        def arm() -> asyncio.TimerHandle:
+            timeout = window if deadline is None else min(window, deadline - time.monotonic())
+            return loop.call_later(max(timeout, 0.0), check)
+
+        def check() -> None:
+            nonlocal mark, timer
+            if attempt.done():
+                return
+            if deadline is not None and time.monotonic() >= deadline:
+                tripped.append(self._deadline_passed(f"{meter.bytes} bytes received by then"))
+            elif meter.bytes - mark < floor:
+                tripped.append(
+                    RequestTimeoutError(
                         f"{self._shown}: bytes {start}-{end - 1} arrived at "
                         f"{(meter.bytes - mark) / window:.0f} bytes/s over the last "
                         f"{window:g} s, below min_bytes_per_second="
                         f"{options.min_bytes_per_second:g}; the server is too slow or stalling",
                         bound="min_bytes_per_second",
                     )
+                )
+            else:
+                mark = meter.bytes
+                timer = arm()
+                return
+            attempt.cancel()
+
+        timer = arm()
+        try:
+            return await attempt  # cancelling this task cancels the attempt too
+        except asyncio.CancelledError:
+            if tripped and not _cancel_requested():
+                raise tripped[0] from None
+            raise
         finally:
-            if not task.done():
-                task.cancel()
-            # Its outcome was returned or raised above, or is moot now; retrieve it either way.
-            with contextlib.suppress(BaseException):
-                await task
+            assert timer is not None
+            timer.cancel()
 
     def _deadline_passed(self, detail: str) -> RequestTimeoutError:
         return RequestTimeoutError(
@@ -830,6 +849,14 @@ def _retry_after(
             f"than max_retry_after_seconds={options.max_retry_after_seconds}"
         )
     return seconds
+
+
+def _cancel_requested() -> bool:
+    """Whether someone asked to cancel the current task (Python 3.11+ can tell; before, a
+    cancellation that races a tripped bound gives the bound's error)."""
+    task = asyncio.current_task()
+    cancelling = getattr(task, "cancelling", None)
+    return bool(cancelling()) if cancelling is not None else False
 
 
 def _drained(headers: httpx.Headers) -> memoryview | None:
