@@ -326,6 +326,12 @@ def partial_obstore(server: Server, names: list[str]) -> dict[str, Any]:
 # Each tool: (imports, body). Imports happen before the clock starts.
 BIG_TOOLS = {
     "curl": ("", "run_child(['curl', '-s', '-o', '/dev/null', URL])\n"),
+    # What a user who downloads the tensor pays: the bytes land in page-cache memory (a file on
+    # tmpfs, removed after), as they land in the array for the readers below.
+    "curl -o file on tmpfs": (
+        "import os, tempfile\nSCRATCH = tempfile.TemporaryDirectory(dir='/dev/shm')\n",
+        "run_child(['curl', '-s', '-o', os.path.join(SCRATCH.name, 't'), URL])\n",
+    ),
     "remotetensors": (
         "import remotetensors as rt\nrt.safe_open, rt.HttpOptions  # names load on first use: before the clock\n",
         "with rt.safe_open(URL) as f: a = f.get_tensor('big')\n",
@@ -387,6 +393,15 @@ PARALLEL_TOOLS = {
         "argv = ['curl', '--parallel', '--parallel-max', str(len(RANGES))]\n"
         "for i, (a, b) in enumerate(RANGES):\n"
         "    argv += (['--next'] if i else []) + ['-s', '-r', f'{a}-{b - 1}', '-o', '/dev/null', URL]\n"
+        "run_child(argv)\n",
+    ),
+    # The same, each range into its own file on tmpfs (page-cache memory, as an array is).
+    "curl --parallel, files on tmpfs": (
+        "import os, tempfile\nSCRATCH = tempfile.TemporaryDirectory(dir='/dev/shm')\n",
+        "argv = ['curl', '--parallel', '--parallel-max', str(len(RANGES))]\n"
+        "for i, (a, b) in enumerate(RANGES):\n"
+        "    out = os.path.join(SCRATCH.name, str(i))\n"
+        "    argv += (['--next'] if i else []) + ['-s', '-r', f'{a}-{b - 1}', '-o', out, URL]\n"
         "run_child(argv)\n",
     ),
     "remotetensors (safe_open + get_tensors)": (

@@ -80,7 +80,9 @@ async def fetch_into(
 
     try:
         # Large destinations get their pages mapped on another core while the bytes arrive.
-        async with Populating([t.buffer for t in remaining]):
+        # The plan reads in file order; so does the populating thread.
+        in_file_order = sorted(remaining, key=lambda t: t.range.start)
+        async with Populating([t.buffer for t in in_file_order]):
             await gather_or_cancel([run(part) for part in plan.parts])
     finally:
         shown.close()

@@ -25,7 +25,7 @@ MIN_BYTES = 32 * 1024 * 1024
 """Buffers smaller than this are left alone: their faults cost less than a thread's start."""
 
 STEP_BYTES = 8 * 1024 * 1024
-"""Bytes populated per call; buffers take turns, so parallel parts all get their front first."""
+"""Bytes populated per call (between two calls, the thread checks whether to stop)."""
 
 _MADV_POPULATE_WRITE = 23
 _PAGE = 4096
@@ -52,29 +52,29 @@ def _address(buffer: memoryview) -> int:
 
 
 def _populate(buffers: Sequence[memoryview], stop: threading.Event) -> None:
-    """Populate ``buffers`` round-robin, ``STEP_BYTES`` at a time, until done or ``stop``."""
+    """Populate ``buffers`` in order, front to back (the order reads fill them),
+    ``STEP_BYTES`` at a time, until done or ``stop``."""
     madvise = _madvise()
     if madvise is None:
         return
-    spans = []
+    spans: list[tuple[int, int]] = []
     for buffer in buffers:
         start = _address(buffer)
         first = -(-start // _PAGE) * _PAGE
         last = (start + buffer.nbytes) // _PAGE * _PAGE
         if last > first:
-            spans.append([first, last])
-    while spans and not stop.is_set():
-        for span in list(spans):
-            length = min(STEP_BYTES, span[1] - span[0])
-            if madvise(span[0], length, _MADV_POPULATE_WRITE) != 0:
+            spans.append((first, last))
+    for first, last in spans:
+        for at in range(first, last, STEP_BYTES):
+            if stop.is_set():
+                return
+            if madvise(at, min(STEP_BYTES, last - at), _MADV_POPULATE_WRITE) != 0:
                 return  # an older kernel (EINVAL) or no memory to spare: leave it to the faults
-            span[0] += length
-            if span[0] >= span[1]:
-                spans.remove(span)
 
 
 class Populating:
-    """The pages of ``buffers`` (those of at least :data:`MIN_BYTES`) populated in a thread.
+    """The pages of ``buffers`` (those of at least :data:`MIN_BYTES`) populated in a thread,
+    in the order given (give them in the order they fill).
 
     Use as an async context manager around the reads that fill them; leaving it stops the
     thread at its next step and waits for it. The thread holds the buffers until it ends, so
