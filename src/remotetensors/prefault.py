@@ -14,8 +14,6 @@ another core while the loop copies. Elsewhere, or when the kernel refuses, nothi
 from __future__ import annotations
 
 import asyncio
-import ctypes
-import ctypes.util
 import functools
 import sys
 import threading
@@ -35,6 +33,9 @@ _PAGE = 4096
 def _madvise() -> Callable[[int, int, int], int] | None:
     if not sys.platform.startswith("linux"):
         return None
+    import ctypes  # here: most reads never need it
+    import ctypes.util
+
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
         function = libc.madvise

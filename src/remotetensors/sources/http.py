@@ -24,7 +24,7 @@ What this source guarantees (see ``reference/remote-io.md`` for why each rule ex
 - whatever httpx or the direct reader raises (a redirect loop, a malformed head) becomes one of
   our errors.
 
-Requests go through the direct reader (:mod:`.rawhttp`, a quarter of httpx's CPU per request)
+Requests go through the direct reader (:mod:`.rawhttp`, a sixth of httpx's CPU per request)
 whenever :attr:`HttpOptions.direct_reads` allows it; see there for when httpx is used instead.
 """
 

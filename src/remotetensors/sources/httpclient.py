@@ -50,7 +50,7 @@ class HttpOptions:
             resumes included; ``None`` (the default) sets none. Exceeding it raises
             :class:`RequestTimeoutError` with ``bound="request_deadline_seconds"``.
         direct_reads: send ranged GETs with the built-in HTTP/1.1 reader (:mod:`.rawhttp`),
-            which receives bodies straight into the destination array and costs a quarter of
+            which receives bodies straight into the destination array and costs a sixth of
             httpx's CPU per request; httpx copies every 64 KiB piece and runs at a fraction of
             the speed. With a client remotetensors made (:meth:`new_client`), every request
             goes direct, the first one of a file included (it follows redirects itself); with
