@@ -9,6 +9,7 @@ here on raw loopback servers: connections opened, requests, and where each reque
 from __future__ import annotations
 
 import asyncio
+import os
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -180,3 +181,56 @@ def test_a_plain_http_model_never_builds_an_httpx_client(serve: Callable[..., Ra
     )
     assert run.returncode == 0, run.stderr
     assert run.stdout.strip() == "[]"
+
+
+def test_a_hub_model_with_the_one_call_endpoint_never_builds_an_httpx_client(
+    tmp_path: Any,
+) -> None:
+    # The hub's JSON answer (the one-call metadata) goes through the direct reader too.
+    hub = HubStandIn()
+    try:
+        files, _ = sharded(shards=3, layers_per_shard=1)
+        hub.add("org/a", files)
+        code = (
+            "import os, sys, remotetensors as rt\n"
+            "with rt.open_model('hf://org/a', token=False) as m:\n"
+            "    assert m.num_parameters > 0\n"
+            "with rt.open_model('hf://org/a', token=False) as m:\n"
+            "    m.get_tensor(next(iter(m.keys())))\n"
+            "print(sorted(n for n in ('httpcore', 'h11') if n in sys.modules))\n"
+        )
+        env = {**os.environ, "HF_ENDPOINT": hub.endpoint, "HF_HOME": str(tmp_path)}
+        run = subprocess.run(
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+            env=env,
+        )
+        assert run.returncode == 0, run.stderr
+        assert run.stdout.strip() == "[]"
+        assert any("/safetensors-metadata/" in e.path for e in hub.log.entries)
+    finally:
+        hub.stop()
+
+
+def test_a_metadata_answer_the_direct_reader_leaves_goes_through_httpx(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    from remotetensors.sources import hubapi
+
+    monkeypatch.setattr(hubapi, "MAX_DIRECT_BODY_BYTES", 10)  # every answer is "too large"
+    monkeypatch.setenv("HF_HOME", str(tmp_path))
+    hub = HubStandIn()
+    try:
+        monkeypatch.setenv("HF_ENDPOINT", hub.endpoint)
+        files, tensors = sharded(shards=3, layers_per_shard=1)
+        hub.add("org/b", files)
+        with rt.open_model("hf://org/b", token=False) as model:
+            check_model(model, tensors)
+        api = [e for e in hub.log.entries if "/safetensors-metadata/" in e.path]
+        # Asked directly, answer left unread; asked again through httpx, which read it.
+        assert [e.status for e in api] == [200, 200]
+    finally:
+        hub.stop()

@@ -18,8 +18,10 @@ from urllib.parse import quote
 
 import httpx
 
-from .httpclient import httpx_of
+from . import http as http_source
+from .httpclient import Client, HttpClient, httpx_of
 from .ratelimit import limiter_for
+from .rawhttp import RawConnectionError, RawTimeoutError
 
 if TYPE_CHECKING:
     from .hub import HubRepo
@@ -27,6 +29,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 MAX_ATTEMPTS = 4
+MAX_DIRECT_BODY_BYTES = 256 * 1024 * 1024
+"""A larger answer (or one without ``Content-Length``) is read by httpx instead."""
 _RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
 
 _support: dict[str, bool] = {}  # endpoint -> whether it has the route (learnt per process)
@@ -67,26 +71,35 @@ async def fetch_sharded_metadata(repo: HubRepo, index_path: str) -> MetadataAnsw
     )
     limiter = limiter_for(url)
     shared = repo.client
-    client = httpx.AsyncClient(follow_redirects=True) if shared is None else httpx_of(shared)
-    owned = shared is None
+    client: httpx.AsyncClient | None = None  # made only if the direct reader cannot ask
+    headers = dict(repo.request_headers)
     try:
         for attempt in range(1, MAX_ATTEMPTS + 1):
             await limiter.acquire()
             try:
-                response = await client.get(url, headers=dict(repo.request_headers))
-            except httpx.HTTPError as exc:
+                answer = await _direct_get(shared, url, headers)
+                if answer is None:
+                    if client is None:
+                        client = (
+                            httpx.AsyncClient(follow_redirects=True)
+                            if shared is None
+                            else httpx_of(shared)
+                        )
+                    response = await client.get(url, headers=headers)
+                    answer = (response.status_code, response.headers, response.content)
+            except (httpx.HTTPError, RawConnectionError, RawTimeoutError) as exc:
                 reason = f"{type(exc).__name__}: {exc}"
                 if attempt == MAX_ATTEMPTS:
                     return MetadataAnswer(0, None, None, reason)
                 await asyncio.sleep(random.uniform(0, 0.25 * 2**attempt))
                 continue
-            limiter.observe(response.status_code, response.headers)
-            status = response.status_code
-            code = response.headers.get("X-Error-Code")
-            commit = response.headers.get("X-Repo-Commit")
+            status, response_headers, content = answer
+            limiter.observe(status, response_headers)
+            code = response_headers.get("X-Error-Code")
+            commit = response_headers.get("X-Repo-Commit")
             if status == 200:
                 _support[repo.endpoint] = True
-                return MetadataAnswer(200, response.content, commit)
+                return MetadataAnswer(200, content, commit)
             if status in _RETRY_STATUSES and attempt < MAX_ATTEMPTS:
                 if status != 429:  # a 429's wait is the limiter's (Retry-After)
                     await asyncio.sleep(random.uniform(0, 0.25 * 2**attempt))
@@ -98,5 +111,43 @@ async def fetch_sharded_metadata(repo: HubRepo, index_path: str) -> MetadataAnsw
             return MetadataAnswer(status, None, commit, f"HTTP {status} {code or ''}".strip())
         return MetadataAnswer(0, None, None, "no answer")  # pragma: no cover (loop returns)
     finally:
-        if owned:
+        if client is not None and shared is None:
             await client.aclose()
+
+
+async def _direct_get(
+    shared: Client | None, url: str, headers: dict[str, str]
+) -> tuple[int, httpx.Headers, bytes] | None:
+    """GET ``url`` through the shared client's direct reader, the whole body in memory; None
+    when httpx must ask instead: no client of ours, direct reads off or a proxy, a redirect, a
+    body without ``Content-Length``, over :data:`MAX_DIRECT_BODY_BYTES` or encoded.
+
+    Raises:
+        RawConnectionError, RawTimeoutError: the network failed (the caller retries).
+    """
+    if (
+        not isinstance(shared, HttpClient)
+        or not shared.options.direct_reads
+        or http_source._proxy_configured()
+    ):
+        return None
+    bodies: list[bytearray] = []
+
+    def accept(status: int, answer: httpx.Headers) -> memoryview | None:
+        length = answer.get("Content-Length", "")
+        if not length.isdigit() or int(length) > MAX_DIRECT_BODY_BYTES:
+            return None
+        bodies.append(bytearray(int(length)))
+        return memoryview(bodies[-1])
+
+    try:
+        async with shared.turns:
+            answer = await shared.direct.get_into(
+                url, {**headers, "Accept-Encoding": "identity"}, accept
+            )
+    except ValueError:  # a header that cannot be sent as it is: let httpx say so
+        return None
+    encoding = answer.headers.get("Content-Encoding", "identity").strip().lower()
+    if not answer.body_read or 300 <= answer.status < 400 or encoding not in ("", "identity"):
+        return None
+    return answer.status, answer.headers, bytes(bodies[-1])
