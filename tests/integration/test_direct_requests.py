@@ -13,9 +13,10 @@ import os
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
-from typing import Any
+from pathlib import Path
 
 import httpx
+import numpy as np
 import pytest
 
 import remotetensors as rt
@@ -24,6 +25,7 @@ from remotetensors.sources.hub import HubPath, HubRepo
 from tests.hub_standin import LFS_THRESHOLD, HubStandIn
 from tests.integration.test_models import check_model, sharded
 from tests.rawservers import RawServer, Reply, Request, head, partial
+from tests.reference import write_reference
 
 
 @pytest.fixture
@@ -132,36 +134,28 @@ def engine(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> s
     return str(request.param)
 
 
-def test_the_hub_commit_is_pinned_from_the_redirect_to_the_cdn(engine: str) -> None:
-    hub = HubStandIn()
-    try:
-        data = rt_file(LFS_THRESHOLD)
-        commit = hub.add("org/big", {"model.safetensors": data})
+def test_the_hub_commit_is_pinned_from_the_redirect_to_the_cdn(
+    hub: HubStandIn, engine: str
+) -> None:
+    commit = hub.add("org/big", {"model.safetensors": rt_file(LFS_THRESHOLD)})
 
-        async def go() -> str:
-            repo = HubRepo(HubPath.parse("hf://org/big"), endpoint=hub.endpoint)
-            source = repo.source("model.safetensors")
-            try:
-                await source.open_prefix(64)
-            finally:
-                await source.aclose()
-            return repo.revision
+    async def go() -> str:
+        repo = HubRepo(HubPath.parse("hf://org/big"), endpoint=hub.endpoint)
+        source = repo.source("model.safetensors")
+        try:
+            await source.open_prefix(64)
+        finally:
+            await source.aclose()
+        return repo.revision
 
-        # The CDN's answer carries no X-Repo-Commit; the hub's 302 before it does.
-        assert asyncio.run(go()) == commit
-        assert [e.status for e in hub.log.entries] == [302, 206]
-    finally:
-        hub.stop()
+    # The CDN's answer carries no X-Repo-Commit; the hub's 302 before it does.
+    assert asyncio.run(go()) == commit
+    assert [e.status for e in hub.log.entries] == [302, 206]
 
 
 def rt_file(at_least: int = 4096) -> bytes:
     """A small safetensors file of at least ``at_least`` bytes."""
-    import numpy as np
-
-    from tests.reference import write_reference
-
-    values: Any = np.arange(max(at_least // 4, 16), dtype=np.float32)
-    return write_reference({"w": values})
+    return write_reference({"w": np.arange(max(at_least // 4, 16), dtype=np.float32)})
 
 
 def test_a_plain_http_model_never_builds_an_httpx_client(serve: Callable[..., RawServer]) -> None:
@@ -184,53 +178,45 @@ def test_a_plain_http_model_never_builds_an_httpx_client(serve: Callable[..., Ra
 
 
 def test_a_hub_model_with_the_one_call_endpoint_never_builds_an_httpx_client(
-    tmp_path: Any,
+    hub: HubStandIn, tmp_path: Path
 ) -> None:
     # The hub's JSON answer (the one-call metadata) goes through the direct reader too.
-    hub = HubStandIn()
-    try:
-        files, _ = sharded(shards=3, layers_per_shard=1)
-        hub.add("org/a", files)
-        code = (
-            "import os, sys, remotetensors as rt\n"
-            "with rt.open_model('hf://org/a', token=False) as m:\n"
-            "    assert m.num_parameters > 0\n"
-            "with rt.open_model('hf://org/a', token=False) as m:\n"
-            "    m.get_tensor(next(iter(m.keys())))\n"
-            "print(sorted(n for n in ('httpcore', 'h11') if n in sys.modules))\n"
-        )
-        env = {**os.environ, "HF_ENDPOINT": hub.endpoint, "HF_HOME": str(tmp_path)}
-        run = subprocess.run(
-            [sys.executable, "-c", code],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-            env=env,
-        )
-        assert run.returncode == 0, run.stderr
-        assert run.stdout.strip() == "[]"
-        assert any("/safetensors-metadata/" in e.path for e in hub.log.entries)
-    finally:
-        hub.stop()
+    files, _ = sharded(shards=3, layers_per_shard=1)
+    hub.add("org/a", files)
+    code = (
+        "import os, sys, remotetensors as rt\n"
+        "with rt.open_model('hf://org/a', token=False) as m:\n"
+        "    assert m.num_parameters > 0\n"
+        "with rt.open_model('hf://org/a', token=False) as m:\n"
+        "    m.get_tensor(next(iter(m.keys())))\n"
+        "print(sorted(n for n in ('httpcore', 'h11') if n in sys.modules))\n"
+    )
+    env = {**os.environ, "HF_ENDPOINT": hub.endpoint, "HF_HOME": str(tmp_path)}
+    run = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env=env,
+    )
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == "[]"
+    assert any("/safetensors-metadata/" in e.path for e in hub.log.entries)
 
 
 def test_a_metadata_answer_the_direct_reader_leaves_goes_through_httpx(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+    hub: HubStandIn, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     from remotetensors.sources import hubapi
 
     monkeypatch.setattr(hubapi, "MAX_DIRECT_BODY_BYTES", 10)  # every answer is "too large"
     monkeypatch.setenv("HF_HOME", str(tmp_path))
-    hub = HubStandIn()
-    try:
-        monkeypatch.setenv("HF_ENDPOINT", hub.endpoint)
-        files, tensors = sharded(shards=3, layers_per_shard=1)
-        hub.add("org/b", files)
-        with rt.open_model("hf://org/b", token=False) as model:
-            check_model(model, tensors)
-        api = [e for e in hub.log.entries if "/safetensors-metadata/" in e.path]
-        # Asked directly, answer left unread; asked again through httpx, which read it.
-        assert [e.status for e in api] == [200, 200]
-    finally:
-        hub.stop()
+    monkeypatch.setenv("HF_ENDPOINT", hub.endpoint)
+    files, tensors = sharded(shards=3, layers_per_shard=1)
+    hub.add("org/b", files)
+    with rt.open_model("hf://org/b", token=False) as model:
+        check_model(model, tensors)
+    api = [e for e in hub.log.entries if "/safetensors-metadata/" in e.path]
+    # Asked directly, answer left unread; asked again through httpx, which read it.
+    assert [e.status for e in api] == [200, 200]
