@@ -379,7 +379,11 @@ class AsyncModel:
     async def aclose(self) -> None:
         """Release every file's connections; later reads raise FileClosedError."""
         self._closed = True
-        await asyncio.gather(*(f.aclose() for f in self._files.values()))
+        files = list(self._files.values())
+        if len(files) == 1:  # the common case, without a task
+            await files[0].aclose()
+        else:
+            await asyncio.gather(*(f.aclose() for f in files))
         if self._client is not None:
             await self._client.aclose()
             self._client = None
@@ -456,9 +460,9 @@ async def load_model(
             client=client,
             storage_options=storage_options,
         )
-        configs_task = asyncio.ensure_future(
-            read_configs(place) if options.read_configs else _no_configs()
-        )
+        # Configs are read alongside the weights' headers (no extra round); a scan that
+        # does not want them makes no task for them.
+        configs_task = asyncio.ensure_future(read_configs(place)) if options.read_configs else None
         try:
             if name is not None and name.endswith(".json"):
                 shard_index = await _read_index(place, name)
@@ -473,12 +477,13 @@ async def load_model(
             else:
                 model = await _discover(text, place, options, framework)
         except BaseException:
-            configs_task.cancel()
-            await asyncio.gather(configs_task, return_exceptions=True)
+            if configs_task is not None:
+                configs_task.cancel()
+                await asyncio.gather(configs_task, return_exceptions=True)
             raise
         model._traffic = place.traffic
         try:
-            model._set_configs(await configs_task)
+            model._set_configs(ConfigFiles() if configs_task is None else await configs_task)
             await model._read_logical_shapes()
         except BaseException:
             await model.aclose()
@@ -492,10 +497,6 @@ async def load_model(
     for problem in model.true_count.problems:
         warnings.warn(ConfigWarning(problem), stacklevel=2)
     return model
-
-
-async def _no_configs() -> ConfigFiles:
-    return ConfigFiles()
 
 
 def _single(location: str, name: str, file: AsyncTensorFile) -> AsyncModel:

@@ -28,8 +28,8 @@ def redact_url(url: str) -> str:
     Strings that are not URLs with a scheme and a host are returned unchanged, except that a
     ``user:password@`` before a host is still masked.
     """
-    if "://" not in url:
-        return url
+    if "://" not in url or ("@" not in url and "?" not in url):
+        return url  # not a URL, or nowhere for a secret to be (most URLs: no parsing)
     try:
         parts = urlsplit(url)
     except ValueError:  # e.g. an invalid IPv6 literal: mask everything after the scheme

@@ -130,7 +130,7 @@ def test_a_callers_own_client_sees_every_first_request(serve: Callable[..., RawS
 def engine(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     if request.param == "httpx":
         # A configured proxy turns the direct reader off; pretend there is one.
-        monkeypatch.setattr("remotetensors.sources.http._proxy_configured", lambda: True)
+        monkeypatch.setattr("remotetensors.sources.httpclient.proxy_in_environment", lambda: True)
     return str(request.param)
 
 

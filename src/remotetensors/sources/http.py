@@ -33,7 +33,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-import os
 import random
 import re
 import time
@@ -53,7 +52,9 @@ from ..errors import (
 from ..ranges import ByteRange
 from ..redact import redact_url
 from ..status import Retrying, activity, bytes_listener, retrying
+from . import httpclient
 from .base import ByteSource, Prefix
+from .http1 import ResponseHeaders
 from .httpclient import Client, HttpClient, HttpOptions, httpx_of
 from .ratelimit import limiter_for, retry_after_seconds
 from .rawhttp import (
@@ -137,12 +138,12 @@ class HttpSource(ByteSource):
         self._whole_body: bytes | None = None
         self._verified = False  # _data_url answered a ranged GET itself (no redirect pending)
         self._raw: RawRangeClient | None = None
-        self.first_responses: list[httpx.Headers] = []
+        self.first_responses: list[ResponseHeaders] = []
         """Headers of every answer to the first request: the redirects in order, then the
         final answer (e.g. the hub's ``X-Repo-Commit``, which its redirect to a CDN carries)."""
 
     @property
-    def first_response_headers(self) -> httpx.Headers | None:
+    def first_response_headers(self) -> ResponseHeaders | None:
         """Headers of the final answer to the first request (after redirects)."""
         return self.first_responses[-1] if self.first_responses else None
 
@@ -169,14 +170,16 @@ class HttpSource(ByteSource):
 
     def _direct(self, *, first: bool) -> RawRangeClient | None:
         """The direct reader, when it may serve the next request (see ``direct_reads``)."""
-        if not self._options.direct_reads or _proxy_configured():
-            return None
         client = self._http()
         if isinstance(client, HttpClient):
+            if not client.goes_direct:
+                return None
             # A redirect met on a later request is left to httpx (see _one_direct_request).
             return client.direct if first or self._verified else None
         if first or not self._verified:
             return None  # a caller's own client sees every first request: its auth, its hooks
+        if not self._options.direct_reads or httpclient.proxy_in_environment():
+            return None
         if self._raw is None:
             self._raw = RawRangeClient(
                 connect_timeout_seconds=self._options.connect_timeout_seconds,
@@ -364,7 +367,7 @@ class HttpSource(ByteSource):
     def _headers(self, start: int, end: int, *, first: bool) -> dict[str, str]:
         # Credentials are for the URL the user named, never for where it redirected to (a CDN).
         # So is the userinfo of the URL, sent as Basic auth unless an Authorization is given.
-        same_origin = _origin(self._data_url) == _origin(self._url)
+        same_origin = self._data_url == self._url or _origin(self._data_url) == _origin(self._url)
         headers = dict(self._options.headers) if same_origin else {}
         if (
             same_origin
@@ -471,7 +474,7 @@ class HttpSource(ByteSource):
         if first:
             self.first_responses = []
 
-        def accept(status: int, headers: httpx.Headers) -> memoryview | None:
+        def accept(status: int, headers: ResponseHeaders) -> memoryview | None:
             try:
                 if status == 206:
                     return buffer[: self._check_partial(headers, start, end, first=first)]
@@ -575,7 +578,7 @@ class HttpSource(ByteSource):
             )
         return str(target)
 
-    def _status_failure(self, status: int, headers: httpx.Headers, url: str) -> Exception:
+    def _status_failure(self, status: int, headers: ResponseHeaders, url: str) -> Exception:
         redirected = self._data_url != self._url
         if status in _RETRY_STATUSES:
             return _Retry(f"HTTP {status}", _retry_after(status, headers, url, self._options))
@@ -589,7 +592,7 @@ class HttpSource(ByteSource):
         return self._status_error(status, url, headers)
 
     def _status_error(
-        self, status: int, url: str, headers: httpx.Headers | None = None
+        self, status: int, url: str, headers: ResponseHeaders | None = None
     ) -> Exception:
         code = headers.get("X-Error-Code") if headers is not None else None
         detail = f" ({code})" if code else ""
@@ -604,7 +607,7 @@ class HttpSource(ByteSource):
             )
         return BadResponseError(f"{self._shown}: unexpected HTTP {status}{detail} from {url}")
 
-    def _empty_file(self, headers: httpx.Headers) -> int:
+    def _empty_file(self, headers: ResponseHeaders) -> int:
         match = _UNSATISFIED_RANGE.match(headers.get("Content-Range", ""))
         if match is None or int(match.group(1)) != 0:
             raise BadResponseError(
@@ -615,7 +618,7 @@ class HttpSource(ByteSource):
         self._remember_validators(headers)
         return 0
 
-    def _check_identity(self, headers: httpx.Headers) -> None:
+    def _check_identity(self, headers: ResponseHeaders) -> None:
         encoding = headers.get("Content-Encoding", "identity").strip().lower()
         if encoding not in ("", "identity"):
             raise BadResponseError(
@@ -627,7 +630,7 @@ class HttpSource(ByteSource):
         """What identifies the version opened: the ETag, else ``Last-Modified``."""
         return self._etag if self._etag is not None else self._last_modified
 
-    def _remember_validators(self, headers: httpx.Headers) -> None:
+    def _remember_validators(self, headers: ResponseHeaders) -> None:
         etag = headers.get("ETag")
         self._etag = etag.strip() if etag else None
         modified = headers.get("Last-Modified")
@@ -638,7 +641,7 @@ class HttpSource(ByteSource):
             return f"If-Match {self._etag}"
         return f"If-Unmodified-Since {self._last_modified}"
 
-    def _check_version(self, headers: httpx.Headers, total: int) -> None:
+    def _check_version(self, headers: ResponseHeaders, total: int) -> None:
         """A later answer must be tied to the version opened: same size and validators.
 
         An answer that lacks a validator the first answer had cannot be tied to that version
@@ -673,7 +676,7 @@ class HttpSource(ByteSource):
                     f"now {now}); open it again to read the new version"
                 )
 
-    def _check_partial(self, headers: httpx.Headers, start: int, end: int, *, first: bool) -> int:
+    def _check_partial(self, headers: ResponseHeaders, start: int, end: int, *, first: bool) -> int:
         """Check a 206's headers against the request; returns the body length to expect."""
         self._check_identity(headers)
         header = headers.get("Content-Range", "")
@@ -772,7 +775,7 @@ class HttpSource(ByteSource):
         return declared is not None and declared.isdigit() and int(declared) < limit
 
     def _whole_body_target(
-        self, headers: httpx.Headers, start: int, whole: list[bytearray]
+        self, headers: ResponseHeaders, start: int, whole: list[bytearray]
     ) -> memoryview | None:
         """Where the body of a first 200 goes: nowhere (None) unless it is accepted whole."""
         self._check_identity(headers)
@@ -786,7 +789,7 @@ class HttpSource(ByteSource):
         return memoryview(whole[-1])
 
     def _use_whole_body(
-        self, body: bytes, headers: httpx.Headers, start: int, end: int, buffer: memoryview
+        self, body: bytes, headers: ResponseHeaders, start: int, end: int, buffer: memoryview
     ) -> int:
         """Keep a whole file's body (accepted below the limit) and serve ``[start, end)``."""
         self._size = len(body)
@@ -811,20 +814,6 @@ def _origin(url: str) -> tuple[str, str]:
     return parts.scheme.lower(), parts.netloc.lower()
 
 
-def _proxy_configured() -> bool:
-    return any(
-        os.environ.get(name)
-        for name in (
-            "HTTP_PROXY",
-            "HTTPS_PROXY",
-            "ALL_PROXY",
-            "http_proxy",
-            "https_proxy",
-            "all_proxy",
-        )
-    )
-
-
 class _Truncated(Exception):
     """A body ended early; ``received`` bytes were written before the cut (or the stall)."""
 
@@ -836,7 +825,7 @@ class _Truncated(Exception):
 
 
 def _retry_after(
-    status: int, headers: httpx.Headers, url: str, options: HttpOptions
+    status: int, headers: ResponseHeaders, url: str, options: HttpOptions
 ) -> float | None:
     """Seconds that ``Retry-After`` asks for, or None; raises when the wait is too long."""
     seconds = retry_after_seconds(headers.get("Retry-After"))
@@ -859,7 +848,7 @@ def _cancel_requested() -> bool:
     return bool(cancelling()) if cancelling is not None else False
 
 
-def _drained(headers: httpx.Headers) -> memoryview | None:
+def _drained(headers: ResponseHeaders) -> memoryview | None:
     """Scratch for a small body nobody needs, so that its connection can be used again."""
     length = headers.get("Content-Length", "")
     if length.isdigit() and int(length) <= _DRAIN_BYTES:

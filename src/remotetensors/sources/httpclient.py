@@ -8,6 +8,7 @@ an httpx client for what the direct reader does not do. Files of one model share
 from __future__ import annotations
 
 import asyncio
+import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -99,6 +100,9 @@ class HttpClient:
             (encode/httpcore#1035); with a few requests queued behind 64 connections, that
             churn took half the CPU of opening a 72-shard model.
         direct: the direct reader, its idle connections kept per host.
+        goes_direct: whether requests may use ``direct``: ``direct_reads`` is on and no proxy
+            was configured in the environment when the client was made (httpx too reads the
+            proxy variables once, when its client is made).
     """
 
     def __init__(self, options: HttpOptions) -> None:
@@ -109,6 +113,7 @@ class HttpClient:
             read_timeout_seconds=options.read_timeout_seconds,
             max_idle_per_host=options.max_connections,
         )
+        self.goes_direct = options.direct_reads and not proxy_in_environment()
         self._httpx: httpx.AsyncClient | None = None
 
     @property
@@ -135,6 +140,21 @@ class HttpClient:
         if self._httpx is not None:
             await self._httpx.aclose()
             self._httpx = None
+
+
+def proxy_in_environment() -> bool:
+    """Whether a proxy variable is set (every request then goes through httpx, which uses it)."""
+    return any(os.environ.get(name) for name in _PROXY_VARIABLES)
+
+
+_PROXY_VARIABLES = (
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "ALL_PROXY",
+    "http_proxy",
+    "https_proxy",
+    "all_proxy",
+)
 
 
 Client = HttpClient | httpx.AsyncClient

@@ -26,8 +26,7 @@ from .recipe import SourceRecipe
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    import httpx
-
+    from .http1 import ResponseHeaders
     from .httpclient import Client
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
@@ -251,7 +250,7 @@ class HubSource(HttpSource):
         return self._hub_location
 
     def _status_error(
-        self, status: int, url: str, headers: httpx.Headers | None = None
+        self, status: int, url: str, headers: ResponseHeaders | None = None
     ) -> Exception:
         # The hub says in X-Error-Code what is missing; a user needs to know which of the repo,
         # the revision or the file it is, and whether a token might help.

@@ -18,7 +18,7 @@ from urllib.parse import quote
 
 import httpx
 
-from . import http as http_source
+from .http1 import ResponseHeaders
 from .httpclient import Client, HttpClient, httpx_of
 from .ratelimit import limiter_for
 from .rawhttp import RawConnectionError, RawTimeoutError
@@ -117,7 +117,7 @@ async def fetch_sharded_metadata(repo: HubRepo, index_path: str) -> MetadataAnsw
 
 async def _direct_get(
     shared: Client | None, url: str, headers: dict[str, str]
-) -> tuple[int, httpx.Headers, bytes] | None:
+) -> tuple[int, ResponseHeaders, bytes] | None:
     """GET ``url`` through the shared client's direct reader, the whole body in memory; None
     when httpx must ask instead: no client of ours, direct reads off or a proxy, a redirect, a
     body without ``Content-Length``, over :data:`MAX_DIRECT_BODY_BYTES` or encoded.
@@ -125,15 +125,11 @@ async def _direct_get(
     Raises:
         RawConnectionError, RawTimeoutError: the network failed (the caller retries).
     """
-    if (
-        not isinstance(shared, HttpClient)
-        or not shared.options.direct_reads
-        or http_source._proxy_configured()
-    ):
+    if not isinstance(shared, HttpClient) or not shared.goes_direct:
         return None
     bodies: list[bytearray] = []
 
-    def accept(status: int, answer: httpx.Headers) -> memoryview | None:
+    def accept(status: int, answer: ResponseHeaders) -> memoryview | None:
         length = answer.get("Content-Length", "")
         if not length.isdigit() or int(length) > MAX_DIRECT_BODY_BYTES:
             return None

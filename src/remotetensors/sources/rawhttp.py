@@ -30,18 +30,17 @@ import asyncio
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import cast
 from urllib.parse import urlsplit
 
-import httpx
-
 from ..status import activity, bytes_listener
-from .http1 import HeadError, parse_response_head, request_head
+from .http1 import Fields, HeadError, parse_response_head, request_head
 from .tls import shared_ssl_context
 
 _SCRATCH_BYTES = 64 * 1024
 _NOWHERE = memoryview(bytearray())
 
-Accept = Callable[[int, httpx.Headers], memoryview | None]
+Accept = Callable[[int, Fields], memoryview | None]
 """Called with the status and headers; returns the buffer the body goes into (its length is
 the body length the response must announce), or None to close the connection unread."""
 
@@ -81,7 +80,7 @@ class RawResponse:
     """Status and headers of a response, and how many body bytes went into the target."""
 
     status: int
-    headers: httpx.Headers
+    headers: Fields
     received: int
     body_read: bool
 
@@ -91,12 +90,17 @@ class _Protocol(asyncio.BufferedProtocol):
 
     ``done`` resolves once per request: with the answer when its body is complete (or when the
     answer is refused and the connection closed unread), or with the error that ended it.
+
+    Args:
+        scratch: where head bytes land before they are copied out; shared by the connections
+            of one client (one loop), since the loop fills it and calls :meth:`buffer_updated`
+            at once, before it reads any other socket.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, scratch: bytearray) -> None:
         self.transport: asyncio.Transport | None = None
         self.closed = False
-        self._scratch = bytearray(_SCRATCH_BYTES)
+        self._scratch = scratch
         self._head = bytearray()
         self.meter: Meter | None = None
         self._mode = "idle"
@@ -105,14 +109,15 @@ class _Protocol(asyncio.BufferedProtocol):
         self.received = 0
         self.progress = 0  # bytes seen in total, for the read-timeout watchdog
         self._accept: Accept | None = None
-        self._answer: tuple[int, httpx.Headers] | None = None
+        self._answer: tuple[int, Fields] | None = None
         self.on_body_bytes: Callable[[int], None] | None = None
         self.done: asyncio.Future[RawResponse] | None = None
         self.keep_alive = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # Not an isinstance check: uvloop's TCP transport has every method of
+        # asyncio.Transport without deriving from it.
+        self.transport = cast("asyncio.Transport", transport)
 
     def begin(self, accept: Accept, meter: Meter | None) -> asyncio.Future[RawResponse]:
         self.meter = meter
@@ -162,7 +167,7 @@ class _Protocol(asyncio.BufferedProtocol):
             self._fail(RawProtocolError(f"malformed response head: {exc}"))
             return
         status = head.status
-        headers = httpx.Headers(head.fields)
+        headers = Fields(head.fields)
         self._answer = (status, headers)
         leftover = bytes(self._head)
         self._head.clear()
@@ -298,6 +303,7 @@ class RawRangeClient:
         self._read_timeout = read_timeout_seconds
         self._max_idle = max_idle_per_host
         self._idle: dict[tuple[str, str, int], list[_Protocol]] = {}
+        self._scratch = bytearray(_SCRATCH_BYTES)
 
     async def get_into(
         self,
@@ -349,7 +355,11 @@ class RawRangeClient:
         try:
             _, protocol = await asyncio.wait_for(
                 loop.create_connection(
-                    _Protocol, host, port, ssl=context, server_hostname=host if context else None
+                    functools.partial(_Protocol, self._scratch),
+                    host,
+                    port,
+                    ssl=context,
+                    server_hostname=host if context else None,
                 ),
                 self._connect_timeout,
             )
