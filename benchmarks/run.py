@@ -48,6 +48,11 @@ class Server:
         result: dict[str, int] = httpx.get(f"{self.url}/__stats").json()
         return result
 
+    def cpu_seconds(self) -> float:
+        """CPU the server process has used so far (user and system), from /proc."""
+        fields = Path(f"/proc/{self.process.pid}/stat").read_text().rpartition(")")[2].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
     def stop(self) -> None:
         assert self.process.stdin is not None
         self.process.stdin.close()
@@ -525,6 +530,7 @@ def scale(server: Server, count: int, way: str) -> dict[str, Any]:
         "hwm = [l for l in open('/proc/self/status') if l.startswith('VmHWM:')][0].split()[1]\n"
         "print(elapsed, cpu, hwm, n)\n"
     )
+    server_cpu = server.cpu_seconds()
     out = subprocess.run(
         [sys.executable, "-c", snippet, f"{server.url}/files/many{count}", str(count)],
         capture_output=True,
@@ -537,6 +543,7 @@ def scale(server: Server, count: int, way: str) -> dict[str, Any]:
         "way": way,
         "seconds": float(out[0]),
         "cpu": float(out[1]),
+        "server_cpu": server.cpu_seconds() - server_cpu,
         "rss_mib": int(out[2]) / 1024,
         "count": int(out[3]),
     }
@@ -762,18 +769,20 @@ def main() -> None:
                             f"## Headers of many files from one server, {latency:g} ms",
                             "",
                             "Each way in a fresh process. `count`: tensors indexed (open_async) "
-                            "or files summarised (scan).",
+                            "or files summarised (scan). `server CPU`: what the loopback server "
+                            "spent meanwhile (on the same cores).",
                             "",
                         ]
                         report += [
                             table(
-                                ["files", "way", "wall", "CPU", "peak RSS", "count"],
+                                ["files", "way", "wall", "CPU", "server CPU", "peak RSS", "count"],
                                 [
                                     [
                                         str(r["files"]),
                                         r["way"],
                                         f"{r['seconds'] * 1000:.0f} ms",
                                         f"{r['cpu'] * 1000:.0f} ms",
+                                        f"{r['server_cpu'] * 1000:.0f} ms",
                                         f"{r['rss_mib']:.0f} MiB",
                                         str(r["count"]),
                                     ]

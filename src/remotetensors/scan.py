@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from .model import load_model
 from .options import DEFAULT_SCAN_CONCURRENCY, ReadOptions
 from .sources.http import HttpOptions
-from .sources.ratelimit import WaitTally, context_with_tallies
+from .sources.ratelimit import WaitTally, tally_waits
 from .sync import run_sync
 
 if TYPE_CHECKING:
@@ -131,10 +131,12 @@ async def summarise(location: str, **open_model_kwargs: Any) -> ModelSummary:
         await model.aclose()
 
 
-async def _one(location: str, scan_kwargs: dict[str, Any], tally: WaitTally) -> ScanResult:
+async def _one(location: str, scan_kwargs: dict[str, Any]) -> ScanResult:
+    tally = WaitTally()
     started = time.perf_counter()
     try:
-        summary = await summarise(location, **scan_kwargs)
+        with tally_waits(tally):  # this location's limiter waits (its tasks' too)
+            summary = await summarise(location, **scan_kwargs)
     except Exception as exc:  # one bad location never stops the scan
         return ScanResult(
             location,
@@ -162,6 +164,16 @@ async def _locations(
             yield os.fspath(location)
 
 
+@dataclass(frozen=True, slots=True)
+class _Failed:
+    """The locations iterable raised: the scan ends with this error."""
+
+    error: Exception
+
+
+_WORKER_DONE = object()
+
+
 async def scan_async(
     locations: Iterable[str | os.PathLike[str]] | AsyncIterable[str],
     *,
@@ -170,6 +182,10 @@ async def scan_async(
 ) -> AsyncGenerator[ScanResult, None]:
     """Open and summarise every location, ``concurrency`` at a time; yield results as they
     complete (see the module's guarantees).
+
+    ``concurrency`` workers each take the next location as soon as they have handed over a
+    result, so no slot waits for the others; at most ``concurrency`` results wait for the
+    caller (a worker with a result waits too, and takes no new location meanwhile).
 
     Args:
         locations: any iterable (a generator, a file's lines, an async iterable): consumed
@@ -180,7 +196,9 @@ async def scan_async(
             single models are off unless ``options`` asks for them.
 
     Raises:
-        ValueError: ``concurrency`` below 1. Errors of a location are in its result.
+        ValueError: ``concurrency`` below 1. Errors of a location are in its result; an error
+            of the locations iterable itself ends the scan (after the results finished
+            before it).
     """
     if concurrency < 1:
         raise ValueError(f"concurrency must be >= 1, got {concurrency}")
@@ -189,34 +207,53 @@ async def scan_async(
     client = open_model_kwargs.pop("client", None)
     owned = client is None
     clients = [client] if client is not None else _clients(http_options, concurrency)
-    turn = 0
-    pending: set[asyncio.Task[ScanResult]] = set()
     source = _locations(locations).__aiter__()
+    taking = asyncio.Lock()  # one worker at a time asks the iterable
     exhausted = False
+    results: asyncio.Queue[object] = asyncio.Queue(concurrency)
+
+    async def next_location() -> str | None:
+        nonlocal exhausted
+        async with taking:
+            if exhausted:
+                return None
+            try:
+                return await source.__anext__()
+            except StopAsyncIteration:
+                exhausted = True
+            except Exception as exc:  # the iterable's own failure ends the scan
+                exhausted = True
+                await results.put(_Failed(exc))
+            return None
+
+    async def work(client: Client) -> None:
+        kwargs = {**open_model_kwargs, "options": options, "client": client}
+        try:
+            while (location := await next_location()) is not None:
+                await results.put(await _one(location, kwargs))
+        except Exception as exc:  # a fault of the scan itself: end it rather than hang
+            await results.put(_Failed(exc))
+            return
+        await results.put(_WORKER_DONE)
+
+    workers: list[asyncio.Task[None]] = []
     try:
-        while True:
-            while not exhausted and len(pending) < concurrency:
-                try:
-                    location = await source.__anext__()
-                except StopAsyncIteration:
-                    exhausted = True
-                    break
-                tally = WaitTally()
-                kwargs = {**open_model_kwargs, "options": options, "client": clients[turn]}
-                turn = (turn + 1) % len(clients)
-                # A task copies the context it is created in: its waits go to its tally.
-                context = context_with_tallies(tally)
-                pending.add(context.run(asyncio.create_task, _one(location, kwargs, tally)))
-            if not pending:
-                return
-            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-            for task in done:
-                yield task.result()
-            del done
+        # Workers take the clients in turn, as the locations did before them.
+        workers = [asyncio.create_task(work(clients[i % len(clients)])) for i in range(concurrency)]
+        running = len(workers)
+        while running:
+            item = await results.get()
+            if item is _WORKER_DONE:
+                running -= 1
+            elif isinstance(item, _Failed):
+                raise item.error
+            else:
+                assert isinstance(item, ScanResult)
+                yield item
     finally:
-        for task in pending:
+        for task in workers:
             task.cancel()
-        await asyncio.gather(*pending, return_exceptions=True)
+        await asyncio.gather(*workers, return_exceptions=True)
         if owned:
             await asyncio.gather(*(c.aclose() for c in clients))
 
