@@ -7,10 +7,12 @@ requests counted on the server, and that nothing is left on stderr or in the log
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import gc
 import itertools
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -290,6 +292,50 @@ def test_a_trickle_trips_the_throughput_floor(serve: Callable[..., RawServer]) -
     assert caught.value.bound == "min_bytes_per_second"
     assert time.monotonic() - started < 10  # bounded; the read timeout alone never trips
     assert len(server.requests) == 2  # not retried
+
+
+def trickling_server(serve: Callable[..., RawServer], *, from_answer: int = 1) -> RawServer:
+    """Answers whole before ``from_answer``, then a trickle far below 1000 bytes/s."""
+    holder: list[RawServer] = []
+
+    def answer(request: Request, number: int) -> Reply:
+        answer, body = partial(OLD, request, fields=[("ETag", '"v1"')])
+        if number < from_answer:
+            return answer + body
+        return trickle(answer, body, every_seconds=0.1, stop=holder[0].stopping)
+
+    holder.append(serve(answer))
+    return holder[0]
+
+
+async def test_a_tripped_floor_leaves_the_reading_task_fit_to_go_on(
+    serve: Callable[..., RawServer],
+) -> None:
+    # The floor cancels the task that runs the attempt (here the caller's own: opening reads
+    # the header in it) and withdraws that cancellation when it raises its own error: nothing
+    # of it may reach the caller's next await.
+    server = trickling_server(serve, from_answer=0)
+    options = rt.HttpOptions(min_bytes_per_second=1000.0, throughput_window_seconds=0.3)
+    with pytest.raises(rt.RequestTimeoutError, match="below min_bytes_per_second"):
+        await rt.open_async(f"{server.url}/m.safetensors", http_options=options)
+    task = asyncio.current_task()
+    assert task is not None
+    if sys.version_info >= (3, 11):
+        assert task.cancelling() == 0
+    await asyncio.sleep(0.05)  # no stray CancelledError
+
+
+async def test_cancelling_a_slow_read_cancels_it_rather_than_tripping_the_floor(
+    serve: Callable[..., RawServer],
+) -> None:
+    server = trickling_server(serve)
+    options = rt.HttpOptions(min_bytes_per_second=1000.0, throughput_window_seconds=0.3)
+    async with rt.open_async(f"{server.url}/m.safetensors", http_options=options) as f:
+        reading = asyncio.ensure_future(f.get_tensor("w"))
+        await asyncio.sleep(0.15)  # inside the first window
+        reading.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await reading
 
 
 def test_a_steady_but_slow_answer_trips_the_deadline(serve: Callable[..., RawServer]) -> None:

@@ -294,11 +294,11 @@ class HttpSource(ByteSource):
         meter = Meter()
         window = options.throughput_window_seconds
         floor = options.min_bytes_per_second * window
-        attempt = asyncio.ensure_future(
-            self._one_request(start, end, buffer, first=first, meter=meter)
-        )
-        # One timer per window watches the attempt (cheaper than waiting on it with a timeout):
-        # when a bound trips it records why and cancels the attempt.
+        # One timer per window watches the attempt: when a bound trips it records why and
+        # cancels this task, which runs the attempt itself (no task of its own: a task would
+        # cost two more turns of the event loop per request).
+        task = asyncio.current_task()
+        assert task is not None
         loop = asyncio.get_running_loop()
         tripped: list[RequestTimeoutError] = []
         mark = meter.bytes
@@ -309,9 +309,9 @@ class HttpSource(ByteSource):
             return loop.call_later(max(timeout, 0.0), check)
 
         def check() -> None:
+            # Runs only while the attempt is suspended (the timer is cancelled when it ends),
+            # so the cancellation lands inside it.
             nonlocal mark, timer
-            if attempt.done():
-                return
             if deadline is not None and time.monotonic() >= deadline:
                 tripped.append(self._deadline_passed(f"{meter.bytes} bytes received by then"))
             elif meter.bytes - mark < floor:
@@ -328,13 +328,13 @@ class HttpSource(ByteSource):
                 mark = meter.bytes
                 timer = arm()
                 return
-            attempt.cancel()
+            task.cancel()
 
         timer = arm()
         try:
-            return await attempt  # cancelling this task cancels the attempt too
+            return await self._one_request(start, end, buffer, first=first, meter=meter)
         except asyncio.CancelledError:
-            if tripped and not _cancel_requested():
+            if tripped and _withdraw_own_cancel(task):
                 raise tripped[0] from None
             raise
         finally:
@@ -840,12 +840,12 @@ def _retry_after(
     return seconds
 
 
-def _cancel_requested() -> bool:
-    """Whether someone asked to cancel the current task (Python 3.11+ can tell; before, a
-    cancellation that races a tripped bound gives the bound's error)."""
-    task = asyncio.current_task()
-    cancelling = getattr(task, "cancelling", None)
-    return bool(cancelling()) if cancelling is not None else False
+def _withdraw_own_cancel(task: asyncio.Task[object]) -> bool:
+    """Withdraw the cancellation a tripped bound asked for; False when someone else cancelled
+    ``task`` too, so that theirs goes on (Python 3.11+ can tell; before, a cancellation that
+    races a tripped bound gives the bound's error)."""
+    uncancel = getattr(task, "uncancel", None)
+    return uncancel is None or uncancel() == 0
 
 
 def _drained(headers: ResponseHeaders) -> memoryview | None:
