@@ -493,6 +493,23 @@ async def test_async_api(model_on_faulty: tuple[FaultyServer, str, dict[str, Any
     await opened.aclose()
 
 
+def test_the_async_api_on_uvloop(model_on_faulty: tuple[FaultyServer, str, dict[str, Any]]) -> None:
+    # Servers and notebooks often run uvloop, whose transports do not derive from asyncio's.
+    uvloop = pytest.importorskip("uvloop")
+    _server, url, tensors = model_on_faulty
+
+    async def read() -> None:
+        async with rt.open_async(url, options=SMALL_WINDOW) as f:
+            embed = await f.get_tensor("embed")
+            assert embed.tobytes() == tensors["embed"].tobytes()
+            rows = await f.get_slice("embed")[10:20]
+            assert rows.tobytes() == tensors["embed"][10:20].tobytes()
+        results = [r async for r in rt.scan_async([url, url], concurrency=2)]
+        assert [r.error for r in results] == [None, None]
+
+    uvloop.run(read())
+
+
 async def test_sync_api_inside_a_running_loop(
     model_on_faulty: tuple[FaultyServer, str, dict[str, Any]],
 ) -> None:
