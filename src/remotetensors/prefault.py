@@ -34,11 +34,11 @@ def _madvise() -> Callable[[int, int, int], int] | None:
     if not sys.platform.startswith("linux"):
         return None
     import ctypes  # here: most reads never need it
-    import ctypes.util
 
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
-        function = libc.madvise
+        # The process's own symbols, libc's among them. Not ctypes.util.find_library("c"):
+        # it runs ldconfig in a subprocess, 65 ms here, which delayed every large read.
+        function = ctypes.CDLL(None, use_errno=True).madvise
     except (OSError, AttributeError):
         return None
     function.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
