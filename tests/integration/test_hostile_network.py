@@ -362,6 +362,55 @@ def test_a_steady_but_slow_answer_trips_the_deadline(serve: Callable[..., RawSer
     assert len(server.requests) == 2
 
 
+@pytest.fixture
+def unaccepting_port() -> Iterator[int]:
+    """A loopback port whose accept queue is full: it drops new SYNs, so a handshake with it
+    never completes and only connect_timeout_seconds ends an attempt."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(0)
+    port = listener.getsockname()[1]
+    fillers = []
+    for _ in range(4):
+        filler = socket.socket()
+        filler.setblocking(False)
+        filler.connect_ex(("127.0.0.1", port))
+        fillers.append(filler)
+    time.sleep(0.1)
+    yield port
+    for sock in (*fillers, listener):
+        sock.close()
+
+
+NO_HANDSHAKE = rt.HttpOptions(
+    connect_timeout_seconds=0.3, max_attempts=2, backoff_initial_seconds=0.01
+)
+
+
+def test_a_connection_that_is_never_accepted_times_out(unaccepting_port: int) -> None:
+    started = time.monotonic()
+    with pytest.raises(rt.RequestTimeoutError, match="timed out") as caught:
+        rt.safe_open(
+            f"http://127.0.0.1:{unaccepting_port}/m.safetensors", http_options=NO_HANDSHAKE
+        )
+    assert "gave up after 2 attempts" in str(caught.value)
+    assert 0.55 < time.monotonic() - started < 3
+
+
+async def test_a_connect_timeout_leaves_the_opening_task_fit_to_go_on(
+    unaccepting_port: int,
+) -> None:
+    with pytest.raises(rt.RequestTimeoutError, match="timed out"):
+        await rt.open_async(
+            f"http://127.0.0.1:{unaccepting_port}/m.safetensors", http_options=NO_HANDSHAKE
+        )
+    task = asyncio.current_task()
+    assert task is not None
+    if sys.version_info >= (3, 11):
+        assert task.cancelling() == 0
+    await asyncio.sleep(0.05)  # no stray CancelledError
+
+
 # --- 3. interim 1xx answers are skipped --------------------------------------------------------
 
 

@@ -66,6 +66,7 @@ from .rawhttp import (
     RawTimeoutError,
 )
 from .recipe import SourceRecipe
+from .selfcancel import withdraw_own_cancel
 
 __all__ = ["HttpClient", "HttpOptions", "HttpSource"]
 
@@ -295,8 +296,7 @@ class HttpSource(ByteSource):
         window = options.throughput_window_seconds
         floor = options.min_bytes_per_second * window
         # One timer per window watches the attempt: when a bound trips it records why and
-        # cancels this task, which runs the attempt itself (no task of its own: a task would
-        # cost two more turns of the event loop per request).
+        # cancels this task, which runs the attempt itself (see .selfcancel).
         task = asyncio.current_task()
         assert task is not None
         loop = asyncio.get_running_loop()
@@ -334,7 +334,7 @@ class HttpSource(ByteSource):
         try:
             return await self._one_request(start, end, buffer, first=first, meter=meter)
         except asyncio.CancelledError:
-            if tripped and _withdraw_own_cancel(task):
+            if tripped and withdraw_own_cancel(task):
                 raise tripped[0] from None
             raise
         finally:
@@ -838,14 +838,6 @@ def _retry_after(
             f"than max_retry_after_seconds={options.max_retry_after_seconds}"
         )
     return seconds
-
-
-def _withdraw_own_cancel(task: asyncio.Task[object]) -> bool:
-    """Withdraw the cancellation a tripped bound asked for; False when someone else cancelled
-    ``task`` too, so that theirs goes on (Python 3.11+ can tell; before, a cancellation that
-    races a tripped bound gives the bound's error)."""
-    uncancel = getattr(task, "uncancel", None)
-    return uncancel is None or uncancel() == 0
 
 
 def _drained(headers: ResponseHeaders) -> memoryview | None:

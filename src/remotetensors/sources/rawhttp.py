@@ -35,6 +35,7 @@ from urllib.parse import urlsplit
 
 from ..status import activity, bytes_listener
 from .http1 import Fields, HeadError, parse_response_head, request_head
+from .selfcancel import withdraw_own_cancel
 from .tls import shared_ssl_context
 
 _SCRATCH_BYTES = 64 * 1024
@@ -352,21 +353,31 @@ class RawRangeClient:
         if scheme == "https":
             context = shared_ssl_context()
         loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
+        assert task is not None
+        expired: list[bool] = []
+
+        def expire() -> None:
+            expired.append(True)
+            task.cancel()
+
+        timer = loop.call_later(self._connect_timeout, expire)  # see .selfcancel
         try:
-            _, protocol = await asyncio.wait_for(
-                loop.create_connection(
-                    functools.partial(_Protocol, self._scratch),
-                    host,
-                    port,
-                    ssl=context,
-                    server_hostname=host if context else None,
-                ),
-                self._connect_timeout,
+            _, protocol = await loop.create_connection(
+                functools.partial(_Protocol, self._scratch),
+                host,
+                port,
+                ssl=context,
+                server_hostname=host if context else None,
             )
-        except asyncio.TimeoutError:
-            raise RawTimeoutError(f"connect to {host}:{port} timed out") from None
+        except asyncio.CancelledError:
+            if expired and withdraw_own_cancel(task):
+                raise RawTimeoutError(f"connect to {host}:{port} timed out") from None
+            raise
         except OSError as exc:
             raise RawConnectionError(f"cannot connect to {host}:{port}: {exc}") from None
+        finally:
+            timer.cancel()
         return protocol
 
     async def _exchange(
