@@ -38,7 +38,7 @@ async def fetch_into(
     targets: Sequence[Target],
     *,
     options: ReadOptions,
-    cached_prefix: bytes = b"",
+    cached_prefix: bytes | bytearray = b"",
 ) -> None:
     """Fill every target's buffer with its bytes of the file.
 
@@ -93,7 +93,7 @@ def fetch_into_blocking(
     targets: Sequence[Target],
     *,
     options: ReadOptions,
-    cached_prefix: bytes = b"",
+    cached_prefix: bytes | bytearray = b"",
 ) -> None:
     """:func:`fetch_into` in the calling thread, part after part, for a blocking ``read_into``.
 
@@ -130,7 +130,7 @@ def fetch_into_blocking(
             _copy_pieces(scratch, part, remaining)
 
 
-def _beyond_prefix(targets: Sequence[Target], cached_prefix: bytes) -> list[Target]:
+def _beyond_prefix(targets: Sequence[Target], cached_prefix: bytes | bytearray) -> list[Target]:
     """Serve what lies inside the cached first window from memory; return what remains."""
     held = len(cached_prefix)
     remaining: list[Target] = []

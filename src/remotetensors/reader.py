@@ -66,17 +66,19 @@ a time makes no system call per tensor, and every tensor comes from the version 
 whose header was read."""
 
 
-def read_index_now(source: BlockingSource, options: ReadOptions) -> tuple[FileIndex, bytes] | None:
+def read_index_now(
+    source: BlockingSource, options: ReadOptions
+) -> tuple[FileIndex, bytes | bytearray] | None:
     """:func:`read_index` in the calling thread, for a source with a blocking twin; None for
     a GGUF file, whose header is read in growing windows by the async path."""
     prefix = source.open_prefix_now(options.header_window_bytes)
-    data = prefix.data
-    if looks_like_gguf(data):
+    if looks_like_gguf(prefix.data):
         return None
-    n = header_length(data, file_size=prefix.size, location=source.location)
+    n = header_length(prefix.data, file_size=prefix.size, location=source.location)
     needed = PREFIX_BYTES + n
     # A small file is read whole (see WHOLE_FILE_BYTES); of a bigger one, the header.
     wanted = prefix.size if prefix.size <= WHOLE_FILE_BYTES else needed
+    data: bytes | bytearray = prefix.data
     if len(data) < wanted:
         # One buffer for the whole, read into in place: no copy of the rest, no second
         # allocation (fresh memory costs a page fault per 4 KiB).
@@ -101,7 +103,7 @@ class AsyncTensorFile:
         self,
         source: ByteSource,
         index: FileIndex,
-        prefix: bytes,
+        prefix: bytes | bytearray,
         *,
         options: ReadOptions,
         framework: str = "numpy",
