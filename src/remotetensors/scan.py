@@ -239,7 +239,12 @@ async def scan_async(
     workers: list[asyncio.Task[None]] = []
     try:
         # Workers take the clients in turn, as the locations did before them.
-        workers = [asyncio.create_task(work(clients[i % len(clients)])) for i in range(concurrency)]
+        for i in range(concurrency):
+            workers.append(asyncio.create_task(work(clients[i % len(clients)])))
+            # Let it start before the next one does: each goes as far as its first request
+            # while the next starts, instead of every worker finishing one step before any
+            # takes the next (the first requests would all wait for the last connection).
+            await asyncio.sleep(0)
         running = len(workers)
         while running:
             item = await results.get()
