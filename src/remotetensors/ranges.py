@@ -8,6 +8,8 @@ Guarantees of a plan:
 - every byte of every request is carried by exactly one piece (duplicated and nested requests
   each get their own pieces, fetched once);
 - parts are sorted, disjoint, each at most ``part_size_bytes`` long and never empty;
+- a part never straddles an edge of a request of at least ``part_size_bytes``, so each part of
+  such a request carries that request alone (it can be read into its buffer with no copy);
 - a gap of more than ``max_gap_bytes`` between requested bytes is never fetched, and ranges
   that are closer than that are fetched together (the waste per gap is at most the limit);
 - zero-length requests need no fetch.
@@ -15,6 +17,7 @@ Guarantees of a plan:
 
 from __future__ import annotations
 
+import bisect
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -117,6 +120,13 @@ def coalesce(requests: Sequence[ByteRange], *, max_gap_bytes: int) -> list[ByteR
     return merged
 
 
+def _cut(span: ByteRange, edges: Sequence[int]) -> list[ByteRange]:
+    """``span`` cut at the ``edges`` (sorted offsets) that fall strictly inside it."""
+    inner = edges[bisect.bisect_right(edges, span.start) : bisect.bisect_left(edges, span.end)]
+    bounds = [span.start, *inner, span.end]
+    return [ByteRange(a, b) for a, b in itertools.pairwise(bounds)]
+
+
 def split(span: ByteRange, *, part_size_bytes: int) -> list[ByteRange]:
     """Cut a range into consecutive parts of at most ``part_size_bytes`` (the last may be less).
 
@@ -148,7 +158,16 @@ def plan_reads(
         A plan whose ``parts`` are sorted by offset; see the module docstring.
     """
     spans = coalesce(requests, max_gap_bytes=max_gap_bytes)
-    parts = [p for span in spans for p in split(span, part_size_bytes=part_size_bytes)]
+    # A part never straddles an edge of a request at least a part long: such a request's parts
+    # are its own and go straight into its buffer. (Straddling one, a part would be read into
+    # scratch and copied: for four adjacent 128 MiB tensors, three 16 MiB parts did.)
+    edges = sorted({e for r in requests if r.length >= part_size_bytes for e in (r.start, r.end)})
+    parts = [
+        p
+        for span in spans
+        for segment in _cut(span, edges)
+        for p in split(segment, part_size_bytes=part_size_bytes)
+    ]
     # Sweep parts and requests (both by start) together; a request's pieces are its overlap with
     # each part it meets.
     order = sorted((i for i, r in enumerate(requests) if r.length), key=lambda i: requests[i].start)

@@ -37,6 +37,12 @@ def test_plan_carries_every_requested_byte_once(
     for req, got, counts in zip(requests, rebuilt, filled, strict=True):
         assert bytes(got) == file[req.start : req.end]
         assert all(c == 1 for c in counts)
+    # No part straddles an edge of a request at least a part long.
+    for part in plan.parts:
+        for r in requests:
+            if r.length >= part_size:
+                for edge in (r.start, r.end):
+                    assert not part.range.start < edge < part.range.end
     # Parts are sorted and disjoint.
     for a, b in zip(plan.parts, plan.parts[1:], strict=False):
         assert a.range.end <= b.range.start
@@ -56,6 +62,21 @@ def test_plan_carries_every_requested_byte_once(
         assert below is not None
         assert above is not None
         assert above - below - 1 <= max_gap
+
+
+def test_adjacent_large_tensors_are_read_straight_into_their_buffers() -> None:
+    # Four adjacent 128 MiB tensors, the first cut short by the bytes already held (the first
+    # window): no part may need scratch and a copy.
+    mib = 1024 * 1024
+    held = 64 * 1024
+    starts = [300 + i * 128 * mib for i in range(4)]
+    requests = [ByteRange(max(s, held), s + 128 * mib) for s in starts]
+    plan = plan_reads(requests, part_size_bytes=16 * mib)
+    assert all(part.direct_target is not None for part in plan.parts)
+    assert len(plan.parts) == 32
+    # Small adjacent tensors still share parts.
+    small = [ByteRange(i * 100, (i + 1) * 100) for i in range(50)]
+    assert len(plan_reads(small, part_size_bytes=16 * mib).parts) == 1
 
 
 def test_zero_length_requests_are_never_fetched() -> None:
