@@ -13,6 +13,10 @@ closes it. Guarantees:
   its requests waited for them.
 
 Results are yielded in completion order, not input order; each names its location.
+
+The scan is ``concurrency`` workers, each opening one location after another: a worker that has
+handed over its result takes the next location at once, in the same turn of the event loop,
+rather than a new task per location that would wait behind every other file's work first.
 """
 
 from __future__ import annotations
