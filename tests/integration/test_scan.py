@@ -4,6 +4,7 @@ and without it), lazy shard offsets, count parity with huggingface_hub, rate lim
 
 from __future__ import annotations
 
+import asyncio
 import json
 import pickle
 import tracemalloc
@@ -267,6 +268,67 @@ async def test_scan_async_yields_as_completed(hub_env: HubStandIn) -> None:
         assert result.summary is not None
         seen[result.location] = result.summary.by_dtype
     assert seen == expected
+
+
+def local_models(folder: Path, count: int) -> list[str]:
+    """``count`` one-file models in ``folder`` (a tensor of i + 1 int8 elements each)."""
+    locations = []
+    for i in range(count):
+        path = folder / f"m{i}.safetensors"
+        path.write_bytes(write_reference({"w": np.ones(i + 1, np.int8)}))
+        locations.append(str(path))
+    return locations
+
+
+async def test_scan_takes_locations_only_as_workers_free_up(tmp_path: Path) -> None:
+    # Each worker holds one location, and at most one finished result waits in the queue per
+    # worker, plus one held by a worker waiting to hand it over: never the whole iterable.
+    locations = local_models(tmp_path, 60)
+    taken = 0
+
+    async def lazily() -> AsyncIterator[str]:
+        nonlocal taken
+        for location in locations:
+            taken += 1
+            yield location
+
+    seen = 0
+    ahead = []
+    async for result in rt.scan_async(lazily(), concurrency=3, options=NO_CONFIGS):
+        assert result.summary is not None, result.error
+        seen += 1
+        ahead.append(taken - seen)
+        await asyncio.sleep(0.002)  # a slow consumer: the workers must wait for it
+    assert seen == 60
+    assert max(ahead) <= 3 * 3
+
+
+async def test_an_error_of_the_locations_iterable_ends_the_scan(tmp_path: Path) -> None:
+    locations = local_models(tmp_path, 3)
+
+    async def failing() -> AsyncIterator[str]:
+        for location in locations:
+            yield location
+        raise OSError("the list of models could not be read")
+
+    seen: list[str] = []
+
+    async def consume() -> None:
+        async for result in rt.scan_async(failing(), concurrency=2, options=NO_CONFIGS):
+            seen.append(result.location)
+
+    with pytest.raises(OSError, match="could not be read"):
+        await consume()
+    assert set(seen) <= set(locations)
+
+
+def test_leaving_a_scan_early_closes_it(tmp_path: Path) -> None:
+    locations = local_models(tmp_path, 20)
+    for result in rt.scan(locations, concurrency=4, options=NO_CONFIGS):
+        assert result.ok
+        break
+    # The bridge and its loop are free again: a whole scan runs after the abandoned one.
+    assert sum(r.ok for r in rt.scan(locations, concurrency=4, options=NO_CONFIGS)) == 20
 
 
 def test_scan_spreads_its_connections_over_small_pools(
