@@ -139,6 +139,7 @@ class HttpSource(ByteSource):
         self._whole_body: bytes | None = None
         self._verified = False  # _data_url answered a ranged GET itself (no redirect pending)
         self._raw: RawRangeClient | None = None
+        self._proxied: bool | None = None  # a proxy in the environment (a caller's client)
         self.first_responses: list[ResponseHeaders] = []
         """Headers of every answer to the first request: the redirects in order, then the
         final answer (e.g. the hub's ``X-Repo-Commit``, which its redirect to a CDN carries)."""
@@ -179,7 +180,9 @@ class HttpSource(ByteSource):
             return client.direct if first or self._verified else None
         if first or not self._verified:
             return None  # a caller's own client sees every first request: its auth, its hooks
-        if not self._options.direct_reads or httpclient.proxy_in_environment():
+        if self._proxied is None:  # read once, as for a client remotetensors makes
+            self._proxied = httpclient.proxy_in_environment()
+        if not self._options.direct_reads or self._proxied:
             return None
         if self._raw is None:
             self._raw = RawRangeClient(
@@ -544,10 +547,7 @@ class HttpSource(ByteSource):
                 f"{min(end, self._size or end) - start} bytes that Content-Range announced"
             )
         if status == 200 and first and start == 0 and headers.get("Content-Length") == "0":
-            # An empty file: some servers (nginx) answer 200 with no body instead of 416.
-            self._size = 0
-            self._etag = headers.get("ETag")
-            return 0
+            return self._empty_200(headers)
         if status == 200 and whole and answer.body_read:
             return self._use_whole_body(bytes(whole[0]), headers, start, end, buffer)
         if status == 200:
@@ -616,6 +616,12 @@ class HttpSource(ByteSource):
             )
         self._size = 0
         self._remember_validators(headers)
+        return 0
+
+    def _empty_200(self, headers: ResponseHeaders) -> int:
+        """An empty file: some servers (nginx) answer 200 with no body instead of 416."""
+        self._size = 0
+        self._etag = headers.get("ETag")
         return 0
 
     def _check_identity(self, headers: ResponseHeaders) -> None:
@@ -754,10 +760,7 @@ class HttpSource(ByteSource):
         self._check_identity(response.headers)
         declared = response.headers.get("Content-Length")
         if first and start == 0 and declared == "0":
-            # An empty file: some servers (nginx) answer 200 with no body instead of 416.
-            self._size = 0
-            self._etag = response.headers.get("ETag")
-            return 0
+            return self._empty_200(response.headers)
         if not (first and self._whole_body_accepted(declared)):
             # Leaving the stream unread closes the connection: nothing more is downloaded.
             raise self._range_ignored(declared, start, end)

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import contextvars
 import logging
 import re
 import threading
@@ -68,14 +67,6 @@ def tally_waits(tally: WaitTally) -> Iterator[WaitTally]:
         yield tally
     finally:
         _tallies.reset(token)
-
-
-def context_with_tallies(*tallies: WaitTally) -> contextvars.Context:
-    """A copy of the current context in which limiter waits also go to ``tallies`` (pass it
-    to ``asyncio.create_task(..., context=...)``; needs no reset, unlike :func:`tally_waits`)."""
-    context = contextvars.copy_context()
-    context.run(_tallies.set, (*_tallies.get(), *tallies))
-    return context
 
 
 def parse_structured(value: str) -> dict[str, float]:
