@@ -329,6 +329,14 @@ def partial_obstore(server: Server, names: list[str]) -> dict[str, Any]:
 # --- 3. one big tensor, each tool in its own process ------------------------------------------
 
 # Each tool: (imports, body). Imports happen before the clock starts.
+#
+# A peer's coroutine keeps its buffer in a global and returns None. On Python 3.11, when
+# asyncio.run has installed its SIGINT handler (the default, when the process does not ignore
+# SIGINT), it ends with signal.getsignal(), whose failed Enum lookup formats the repr of that
+# handler, which holds the main task, whose repr holds the task's result: a 512 MiB bytearray
+# or obstore.Bytes returned from the coroutine is rendered in full (about 3.9 GB and 30 s;
+# python/cpython#112559). The earlier results' aiohttp and obstore rows (0.01-0.05 GB/s, 3.9 GB
+# RSS) measured that, not the clients.
 BIG_TOOLS = {
     "curl": ("", "run_child(['curl', '-s', '-o', '/dev/null', URL])\n"),
     # What a user who downloads the tensor pays: the bytes land in page-cache memory (a file on
@@ -352,14 +360,14 @@ BIG_TOOLS = {
     "aiohttp (chunks into a preallocated buffer)": (
         "import asyncio, aiohttp\n",
         "async def go():\n"
+        "    global buf\n"
         "    async with aiohttp.ClientSession() as s, s.get(URL) as r:\n"
         "        buf = bytearray(int(r.headers['Content-Length']))\n"
         "        view, at = memoryview(buf), 0\n"
         "        async for chunk in r.content.iter_chunked(1 << 20):\n"
         "            view[at : at + len(chunk)] = chunk\n"
         "            at += len(chunk)\n"
-        "        return buf\n"
-        "buf = asyncio.run(go())\n",
+        "asyncio.run(go())\n",
     ),
     # obstore (Rust object_store): one get_range of the tensor's bytes, default client options.
     "obstore (HTTPStore.get_range_async)": (
@@ -367,9 +375,10 @@ BIG_TOOLS = {
         "base, name = URL.rsplit('/', 1)\n"
         "store = HTTPStore.from_url(base, client_options={'allow_http': True})\n"
         "async def go():\n"
+        "    global buf\n"
         "    size = (await obstore.head_async(store, name))['size']\n"
-        "    return await obstore.get_range_async(store, name, start=0, end=size)\n"
-        "buf = asyncio.run(go())\n",
+        "    buf = await obstore.get_range_async(store, name, start=0, end=size)\n"
+        "asyncio.run(go())\n",
     ),
 }
 
@@ -420,14 +429,29 @@ PARALLEL_TOOLS = {
         "base, name = URL.rsplit('/', 1)\n"
         "store = HTTPStore.from_url(base, client_options={'allow_http': True})\n"
         "async def go():\n"
-        "    return await obstore.get_ranges_async(\n"
+        "    global bufs\n"
+        "    bufs = await obstore.get_ranges_async(\n"
         "        store, name, starts=[a for a, _ in RANGES], ends=[b for _, b in RANGES])\n"
-        "bufs = asyncio.run(go())\n",
+        "asyncio.run(go())\n",
+    ),
+    # get_ranges_async makes the adjacent tensors one request, so one stream: the same ranges
+    # as four concurrent get_range_async calls, as a user wanting parallel streams would write.
+    "obstore (get_range_async per tensor, gathered)": (
+        "import asyncio, obstore\nfrom obstore.store import HTTPStore\n",
+        "base, name = URL.rsplit('/', 1)\n"
+        "store = HTTPStore.from_url(base, client_options={'allow_http': True})\n"
+        "async def go():\n"
+        "    global bufs\n"
+        "    bufs = await asyncio.gather(*(\n"
+        "        obstore.get_range_async(store, name, start=a, end=b) for a, b in RANGES))\n"
+        "asyncio.run(go())\n",
     ),
 }
 
 # Peak RSS is the VmHWM of /proc/PID/status, which exec resets (getrusage's ru_maxrss is
-# inherited through fork and would report the parent's peak). A child (curl) is polled.
+# inherited through fork and would report the parent's peak). A child (curl) is polled. The
+# process leaves with os._exit once it has printed: obstore 0.12.1 aborts (SIGABRT) in about
+# half the exits after concurrent get_range_async calls, and teardown is not measured anyway.
 BIG_WRAPPER = """
 import subprocess, sys, time
 def hwm(pid='self'):
@@ -450,7 +474,9 @@ URL = sys.argv[1]
 start = time.perf_counter()
 {body}
 elapsed = time.perf_counter() - start
-print(elapsed, child_peak or hwm())
+print(elapsed, child_peak or hwm(), flush=True)
+import os
+os._exit(0)
 """
 
 
