@@ -485,6 +485,8 @@ start = time.perf_counter()
 {body}
 elapsed = time.perf_counter() - start
 print(elapsed, child_peak or hwm(), flush=True)
+if 'SCRATCH' in globals():
+    SCRATCH.cleanup()  # os._exit skips finalizers: 512 MiB of tmpfs per run would stay behind
 import os
 os._exit(0)
 """
