@@ -12,8 +12,10 @@ import asyncio
 import os
 import subprocess
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import numpy as np
@@ -220,3 +222,36 @@ def test_a_metadata_answer_the_direct_reader_leaves_goes_through_httpx(
     api = [e for e in hub.log.entries if "/safetensors-metadata/" in e.path]
     # Asked directly, answer left unread; asked again through httpx, which read it.
     assert [e.status for e in api] == [200, 200]
+
+
+def test_a_large_body_is_received_in_a_worker_thread_and_its_connection_kept(
+    serve: Callable[..., RawServer], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from remotetensors.sources import rawhttp
+
+    seen: list[tuple[str, int]] = []  # (thread name, body bytes left when handed over)
+    real = rawhttp._receive
+
+    def spy(sock: Any, target: memoryview, received: int, *rest: Any) -> tuple[int, bool]:
+        seen.append((threading.current_thread().name, len(target) - received))
+        return real(sock, target, received, *rest)
+
+    monkeypatch.setattr(rawhttp, "_receive", spy)
+    rng = np.random.default_rng(5)
+    big = rng.standard_normal(3 * 1024 * 1024).astype(np.float32)  # 12 MiB: one 12 MiB part
+    small = rng.standard_normal(1024).astype(np.float32)
+    data = write_reference({"big": big, "small": small})
+    server = serve(files_handler({"m.safetensors": data}))
+    options = rt.ReadOptions(max_concurrency=1)  # one connection, so reuse shows
+    with rt.safe_open(f"{server.url}/files/m.safetensors", options=options) as f:
+        assert f.get_tensor("big").tobytes() == big.tobytes()
+        assert f.get_tensor("small").tobytes() == small.tobytes()
+        assert f.get_tensor("big").tobytes() == big.tobytes()
+    # The big body (twice) in a body thread, the header window and the small tensor in the loop;
+    # every request on the one connection the thread handed back.
+    assert len(seen) == 2, seen
+    for name, left in seen:
+        assert name.startswith("remotetensors-body"), name
+        assert left >= rawhttp.THREAD_BODY_BYTES
+    assert len(server.requests) == 4
+    assert server.connections == 1

@@ -36,13 +36,18 @@ FAST = rt.HttpOptions(
 WINDOW = rt.ReadOptions().header_window_bytes
 
 
-@pytest.fixture(autouse=True, params=["direct", "httpx"])
+@pytest.fixture(autouse=True, params=["direct", "direct, bodies in threads", "httpx"])
 def data_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Run every case with data bodies read directly into arrays, and through httpx alone."""
+    """Run every case with data bodies read directly into arrays (by the loop, and by worker
+    threads as large bodies are), and through httpx alone."""
     if request.param == "httpx":
         # A configured proxy turns the direct reader off; pretend there is one.
         monkeypatch.setattr("remotetensors.sources.httpclient.proxy_in_environment", lambda: True)
-    return str(request.param)
+        return "httpx"
+    if request.param == "direct, bodies in threads":
+        # Every body left after its head goes to a thread, however small.
+        monkeypatch.setattr("remotetensors.sources.rawhttp.THREAD_BODY_BYTES", 1)
+    return "direct"
 
 
 @pytest.fixture(autouse=True)

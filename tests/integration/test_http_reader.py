@@ -80,10 +80,12 @@ def test_every_dtype_over_http_equals_the_reference(
 
 
 def test_large_tensors_read_in_parallel_while_their_pages_are_populated(
-    static: tuple[str, Log, Path], monkeypatch: pytest.MonkeyPatch
+    static: tuple[str, Log, Path], monkeypatch: pytest.MonkeyPatch, data_path: str
 ) -> None:
     # Small limits, so that a few MiB take the path of a 512 MiB tensor: the populating
-    # thread walks four destinations in 64 KiB steps while four parts fill them.
+    # thread walks four destinations in 64 KiB steps while four parts fill them. Except where
+    # the direct reader receives the bodies in threads (plain HTTP): they fault their own
+    # pages on every core, and nothing is populated ahead.
     from remotetensors import prefault
 
     monkeypatch.setattr(prefault, "MIN_BYTES", 1024 * 1024)
@@ -104,7 +106,7 @@ def test_large_tensors_read_in_parallel_while_their_pages_are_populated(
         got = f.get_tensors()
     for name, expected in tensors.items():
         assert got[name].tobytes() == expected.tobytes(), name
-    assert started == [4]
+    assert started == ([] if data_path == "direct" else [4])
 
 
 def test_slices_over_http_equal_reference_get_slice(

@@ -94,6 +94,13 @@ class ByteSource(abc.ABC):
         """
         return None
 
+    def receives_in_threads(self) -> bool:
+        """Whether large reads land in their buffers from worker threads, one per read in
+        flight, so that the page faults of fresh buffers are already spread over cores (the
+        reader then maps no pages ahead, see :mod:`..prefault`). False unless a source says so.
+        """
+        return False
+
     def recipe(self) -> SourceRecipe:
         """How to open this file, at the version opened here, in another process.
 
@@ -182,6 +189,9 @@ class CountingSource(ByteSource):
             received = len(buffer)
         finally:
             self.traffic._end(received)
+
+    def receives_in_threads(self) -> bool:
+        return self.inner.receives_in_threads()
 
     def recipe(self) -> SourceRecipe:
         return self.inner.recipe()

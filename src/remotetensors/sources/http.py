@@ -194,6 +194,15 @@ class HttpSource(ByteSource):
 
     # --- the ByteSource contract --------------------------------------------------------------
 
+    def receives_in_threads(self) -> bool:
+        """True when the direct reader serves the data over plain TCP: it receives bodies of
+        at least ``rawhttp.THREAD_BODY_BYTES`` in worker threads (TLS bodies stay in the loop)."""
+        return (
+            self._whole_body is None
+            and urlsplit(self._data_url).scheme.lower() == "http"
+            and self._direct(first=False) is not None
+        )
+
     def recipe(self) -> SourceRecipe:
         return self._recipe_for(self._given_url)
 

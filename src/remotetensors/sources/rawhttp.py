@@ -22,13 +22,30 @@ fraction of h11's CPU; a head that breaks them is ``RawProtocolError``. Beyond t
 
 The ``Host`` header is the URL's authority without userinfo, so IPv6 literals keep their
 brackets (``Host: [::1]:8080``).
+
+A body of at least :data:`THREAD_BODY_BYTES` over plain TCP is received in a worker thread: the
+transport stops reading, the thread receives into the destination from the same connection
+(``recv_into`` releases the GIL), and the loop takes the connection back when the body is
+complete. The copy out of the socket, and the page faults of a fresh array, then run on as many
+cores as there are bodies in flight, where the loop's thread did them all one after another
+(four 128 MiB tensors on 8 connections: 0.75 of ``curl --parallel`` before, 0.98 after, on two
+cores). Everything else is unchanged: the watchdog sees the thread's bytes, and an error, a
+timeout or a cancellation shuts the socket down, which ends the thread's wait at once. TLS
+bodies stay in the loop (the transport decrypts them).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
+import os
+import select
+import socket
+import threading
+import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import cast
 from urllib.parse import urlsplit
@@ -40,6 +57,29 @@ from .tls import shared_ssl_context
 
 _SCRATCH_BYTES = 64 * 1024
 _NOWHERE = memoryview(bytearray())
+
+THREAD_BODY_BYTES = 4 * 1024 * 1024
+"""Bodies at least this long (after the bytes that came with the head) over plain TCP are
+received in a worker thread; a thread's hop costs tens of microseconds, 4 MiB a millisecond."""
+
+_BODY_THREADS = 64
+"""Bodies received at once in threads (more wait for a thread, their connections paused)."""
+
+_REPORT_BYTES = 1024 * 1024
+_REPORT_SECONDS = 0.05, 0.5
+"""A body thread hands its byte counts to the loop (meters, progress bars) once at least
+``_REPORT_BYTES`` and the first of these seconds have passed, or the second alone: a few
+wake-ups of the loop per second and body, rather than one per receive."""
+
+_executor: ThreadPoolExecutor | None = None
+
+
+def _body_threads() -> ThreadPoolExecutor:
+    global _executor
+    if _executor is None:
+        _executor = ThreadPoolExecutor(_BODY_THREADS, thread_name_prefix="remotetensors-body")
+    return _executor
+
 
 Accept = Callable[[int, Fields], memoryview | None]
 """Called with the status and headers; returns the buffer the body goes into (its length is
@@ -114,6 +154,8 @@ class _Protocol(asyncio.BufferedProtocol):
         self.on_body_bytes: Callable[[int], None] | None = None
         self.done: asyncio.Future[RawResponse] | None = None
         self.keep_alive = False
+        self._body_socket: socket.socket | None = None  # a duplicate, while a thread reads
+        self._stop_thread = threading.Event()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # Not an isinstance check: uvloop's TCP transport has every method of
@@ -203,7 +245,75 @@ class _Protocol(asyncio.BufferedProtocol):
         target[: len(leftover)] = leftover
         self.received = len(leftover)
         self._mode = "body"
+        if self._expected - self.received >= THREAD_BODY_BYTES and self._receive_in_thread():
+            return
         self._finish_if_complete()
+
+    def _receive_in_thread(self) -> bool:
+        """Hand the rest of the body to a worker thread; False (the loop reads it) over TLS or
+        where the connection's socket cannot be had."""
+        transport = self.transport
+        if transport is None or transport.get_extra_info("sslcontext") is not None:
+            return False
+        raw = transport.get_extra_info("socket")
+        if raw is None:
+            return False
+        transport.pause_reading()
+        # A duplicate descriptor of the same connection, so the thread's socket object is its
+        # own; the loop closes it once the thread is done (see _body_received).
+        self._body_socket = socket.socket(fileno=os.dup(raw.fileno()))
+        self._stop_thread.clear()
+        loop = asyncio.get_running_loop()
+        job = loop.run_in_executor(
+            _body_threads(),
+            _receive,
+            self._body_socket,
+            self._target,
+            self.received,
+            self._moved,
+            functools.partial(self._counted, loop),
+            self._stop_thread,
+        )
+        job.add_done_callback(self._body_received)
+        return True
+
+    def _moved(self, nbytes: int) -> None:
+        """In the body thread, after every receive: the watchdog reads ``progress``."""
+        self.progress += nbytes  # only the thread writes it meanwhile
+        activity()  # a time stamp: safe from any thread
+
+    def _counted(self, loop: asyncio.AbstractEventLoop, nbytes: int) -> None:
+        """In the body thread, now and then (see _REPORT_SECONDS): meters and progress bars."""
+        loop.call_soon_threadsafe(self._report, nbytes)
+
+    def _report(self, nbytes: int) -> None:
+        if self.meter is not None:
+            self.meter.bytes += nbytes
+        if self.on_body_bytes is not None:
+            self.on_body_bytes(nbytes)
+
+    def _body_received(self, job: asyncio.Future[tuple[int, bool]]) -> None:
+        """In the loop, when the body thread ends (complete, failed or stopped)."""
+        if self._body_socket is not None:
+            self._body_socket.close()
+            self._body_socket = None
+        if job.cancelled() or job.exception() is not None:
+            received, complete = self.received, False
+        else:
+            received, complete = job.result()
+        self.received = received
+        if self._mode != "body":  # abandoned, timed out or failed meanwhile: already closing
+            return
+        if complete:
+            assert self.transport is not None
+            self.transport.resume_reading()  # bytes beyond the body now close the connection
+            self._finish_if_complete()
+        else:
+            self._fail(
+                RawConnectionError(
+                    f"connection closed after {received} of {self._expected} body bytes", received
+                )
+            )
 
     def _finish_if_complete(self) -> None:
         if self.received == self._expected:
@@ -234,6 +344,11 @@ class _Protocol(asyncio.BufferedProtocol):
 
     def _close(self) -> None:
         self._mode = "idle"
+        if self._body_socket is not None:
+            # Wake a body thread waiting for bytes: shut the connection down under it.
+            self._stop_thread.set()
+            with contextlib.suppress(OSError):  # already gone
+                self._body_socket.shutdown(socket.SHUT_RDWR)
         if self.transport is not None:
             self.transport.close()
 
@@ -249,6 +364,57 @@ class _Protocol(asyncio.BufferedProtocol):
 
     def eof_received(self) -> bool | None:
         return False
+
+
+def _receive(
+    sock: socket.socket,
+    target: memoryview,
+    received: int,
+    moved: Callable[[int], None],
+    counted: Callable[[int], None],
+    stop: threading.Event,
+) -> tuple[int, bool]:
+    """In a worker thread: receive ``target[received:]`` from ``sock`` (non-blocking, as the
+    loop left it). Returns the bytes now in ``target`` and whether it is complete; the
+    connection closing, an error, or ``stop`` end it early. Every receive's size goes to
+    ``moved``, and to ``counted`` now and then (see :data:`_REPORT_SECONDS`; the rest at the
+    end)."""
+    expected = len(target)
+    unreported = 0
+    soonest, latest = _REPORT_SECONDS
+    reported_at = time.monotonic()
+    wait: Callable[[], object]
+    if hasattr(select, "poll"):
+        poller = select.poll()
+        poller.register(sock.fileno(), select.POLLIN)
+        wait = functools.partial(poller.poll, 1000)
+    else:  # Windows
+        wait = functools.partial(select.select, [sock], [], [], 1.0)
+    try:
+        while received < expected:
+            try:
+                nbytes = sock.recv_into(target[received:])
+            except BlockingIOError:
+                if stop.is_set():
+                    break
+                wait()  # at most a second: the loop shuts the socket down to stop us sooner
+                continue
+            except OSError:
+                break
+            if nbytes == 0:
+                break
+            received += nbytes
+            moved(nbytes)
+            unreported += nbytes
+            waited = time.monotonic() - reported_at
+            if waited >= latest or (waited >= soonest and unreported >= _REPORT_BYTES):
+                counted(unreported)
+                unreported = 0
+                reported_at += waited
+    finally:
+        if unreported:
+            counted(unreported)
+    return received, received == expected
 
 
 class _Watchdog:
