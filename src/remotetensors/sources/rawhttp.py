@@ -136,9 +136,13 @@ class _Protocol(asyncio.BufferedProtocol):
         scratch: where head bytes land before they are copied out; shared by the connections
             of one client (one loop), since the loop fills it and calls :meth:`buffer_updated`
             at once, before it reads any other socket.
+        plain: the connection is plain TCP (no TLS): large bodies may go to a thread.
+        idle_seconds: a body thread gives up after this long without a byte.
     """
 
-    def __init__(self, scratch: bytearray) -> None:
+    def __init__(
+        self, scratch: bytearray, *, plain: bool = False, idle_seconds: float = 60.0
+    ) -> None:
         self.transport: asyncio.Transport | None = None
         self.closed = False
         self._scratch = scratch
@@ -154,6 +158,10 @@ class _Protocol(asyncio.BufferedProtocol):
         self.on_body_bytes: Callable[[int], None] | None = None
         self.done: asyncio.Future[RawResponse] | None = None
         self.keep_alive = False
+        # Large bodies go to a thread only on plain TCP, as the client that connected knows:
+        # over TLS the transport's socket carries ciphertext.
+        self._plain = plain
+        self._idle_seconds = idle_seconds
         self._body_socket: socket.socket | None = None  # a duplicate, while a thread reads
         self._stop_thread = threading.Event()
 
@@ -253,7 +261,7 @@ class _Protocol(asyncio.BufferedProtocol):
         """Hand the rest of the body to a worker thread; False (the loop reads it) over TLS or
         where the connection's socket cannot be had."""
         transport = self.transport
-        if transport is None or transport.get_extra_info("sslcontext") is not None:
+        if transport is None or not self._plain:
             return False
         raw = transport.get_extra_info("socket")
         if raw is None:
@@ -273,6 +281,7 @@ class _Protocol(asyncio.BufferedProtocol):
             self._moved,
             functools.partial(self._counted, loop),
             self._stop_thread,
+            self._idle_seconds,
         )
         job.add_done_callback(self._body_received)
         return True
@@ -373,16 +382,19 @@ def _receive(
     moved: Callable[[int], None],
     counted: Callable[[int], None],
     stop: threading.Event,
+    idle_seconds: float,
 ) -> tuple[int, bool]:
     """In a worker thread: receive ``target[received:]`` from ``sock`` (non-blocking, as the
     loop left it). Returns the bytes now in ``target`` and whether it is complete; the
-    connection closing, an error, or ``stop`` end it early. Every receive's size goes to
+    connection closing, an error, ``stop``, or ``idle_seconds`` without a byte end it early
+    (the loop's watchdog ends a stalled body first; this bound holds if the loop is gone, so
+    that no thread outlives it waiting, and the interpreter can exit). Every receive's size goes to
     ``moved``, and to ``counted`` now and then (see :data:`_REPORT_SECONDS`; the rest at the
     end)."""
     expected = len(target)
     unreported = 0
     soonest, latest = _REPORT_SECONDS
-    reported_at = time.monotonic()
+    reported_at = last_byte_at = time.monotonic()
     wait: Callable[[], object]
     if hasattr(select, "poll"):
         poller = select.poll()
@@ -395,7 +407,7 @@ def _receive(
             try:
                 nbytes = sock.recv_into(target[received:])
             except BlockingIOError:
-                if stop.is_set():
+                if stop.is_set() or time.monotonic() - last_byte_at > idle_seconds:
                     break
                 wait()  # at most a second: the loop shuts the socket down to stop us sooner
                 continue
@@ -406,7 +418,8 @@ def _receive(
             received += nbytes
             moved(nbytes)
             unreported += nbytes
-            waited = time.monotonic() - reported_at
+            last_byte_at = time.monotonic()
+            waited = last_byte_at - reported_at
             if waited >= latest or (waited >= soonest and unreported >= _REPORT_BYTES):
                 counted(unreported)
                 unreported = 0
@@ -530,7 +543,12 @@ class RawRangeClient:
         timer = loop.call_later(self._connect_timeout, expire)  # see .selfcancel
         try:
             _, protocol = await loop.create_connection(
-                functools.partial(_Protocol, self._scratch),
+                functools.partial(
+                    _Protocol,
+                    self._scratch,
+                    plain=context is None,
+                    idle_seconds=self._read_timeout + 1.0,
+                ),
                 host,
                 port,
                 ssl=context,
