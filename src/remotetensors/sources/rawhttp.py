@@ -28,10 +28,11 @@ transport stops reading, the thread receives into the destination from the same 
 (``recv_into`` releases the GIL), and the loop takes the connection back when the body is
 complete. The copy out of the socket, and the page faults of a fresh array, then run on as many
 cores as there are bodies in flight, where the loop's thread did them all one after another
-(four 128 MiB tensors on 8 connections: 0.75 of ``curl --parallel`` before, 0.98 after, on two
-cores). Everything else is unchanged: the watchdog sees the thread's bytes, and an error, a
-timeout or a cancellation shuts the socket down, which ends the thread's wait at once. TLS
-bodies stay in the loop (the transport decrypts them).
+(on two cores, medians of alternated rounds against nginx: four 128 MiB tensors went from 0.96
+to 1.03 of ``curl --parallel``, one 512 MiB tensor from 0.89 to 1.05 of curl; see
+``benchmarks/results/2026-11-23-round5.md``). Everything else is unchanged: the watchdog sees
+the thread's bytes, and an error, a timeout or a cancellation shuts the socket down, which ends
+the thread's wait at once. TLS bodies stay in the loop (the transport decrypts them).
 """
 
 from __future__ import annotations
