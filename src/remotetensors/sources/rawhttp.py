@@ -269,7 +269,8 @@ class _Protocol(asyncio.BufferedProtocol):
             return False
         transport.pause_reading()
         # A duplicate descriptor of the same connection, so the thread's socket object is its
-        # own; the loop closes it once the thread is done (see _body_received).
+        # own: the thread closes it when it ends, even if this loop is closed by then (its
+        # done callback would never run). The loop only shuts it down (see _close).
         self._body_socket = socket.socket(fileno=os.dup(raw.fileno()))
         self._stop_thread.clear()
         loop = asyncio.get_running_loop()
@@ -304,9 +305,7 @@ class _Protocol(asyncio.BufferedProtocol):
 
     def _body_received(self, job: asyncio.Future[tuple[int, bool]]) -> None:
         """In the loop, when the body thread ends (complete, failed or stopped)."""
-        if self._body_socket is not None:
-            self._body_socket.close()
-            self._body_socket = None
+        self._body_socket = None  # closed by the thread
         if job.cancelled() or job.exception() is not None:
             received, complete = self.received, False
         else:
@@ -386,12 +385,12 @@ def _receive(
     idle_seconds: float,
 ) -> tuple[int, bool]:
     """In a worker thread: receive ``target[received:]`` from ``sock`` (non-blocking, as the
-    loop left it). Returns the bytes now in ``target`` and whether it is complete; the
-    connection closing, an error, ``stop``, or ``idle_seconds`` without a byte end it early
-    (the loop's watchdog ends a stalled body first; this bound holds if the loop is gone, so
-    that no thread outlives it waiting, and the interpreter can exit). Every receive's size goes to
-    ``moved``, and to ``counted`` now and then (see :data:`_REPORT_SECONDS`; the rest at the
-    end)."""
+    loop left it), then close ``sock``. Returns the bytes now in ``target`` and whether it is
+    complete. The connection closing, an error, ``stop``, or ``idle_seconds`` without a byte
+    end it early (the loop's watchdog ends a stalled body first; this bound holds if the loop
+    is gone, so that no thread outlives it waiting and the interpreter can exit). Every
+    receive's size goes to ``moved``, and to ``counted`` now and then (see
+    :data:`_REPORT_SECONDS`; the rest at the end)."""
     expected = len(target)
     unreported = 0
     soonest, latest = _REPORT_SECONDS
@@ -426,6 +425,7 @@ def _receive(
                 unreported = 0
                 reported_at += waited
     finally:
+        sock.close()  # a duplicate: the connection itself stays open for the loop
         if unreported:
             counted(unreported)
     return received, received == expected
