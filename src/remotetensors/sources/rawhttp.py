@@ -274,17 +274,23 @@ class _Protocol(asyncio.BufferedProtocol):
         self._body_socket = socket.socket(fileno=os.dup(raw.fileno()))
         self._stop_thread.clear()
         loop = asyncio.get_running_loop()
-        job = loop.run_in_executor(
-            _body_threads(),
-            _receive,
-            self._body_socket,
-            self._target,
-            self.received,
-            self._moved,
-            functools.partial(self._counted, loop),
-            self._stop_thread,
-            self._idle_seconds,
-        )
+        try:
+            job = loop.run_in_executor(
+                _body_threads(),
+                _receive,
+                self._body_socket,
+                self._target,
+                self.received,
+                self._moved,
+                functools.partial(self._counted, loop),
+                self._stop_thread,
+                self._idle_seconds,
+            )
+        except RuntimeError:  # the interpreter is shutting its executors down: the loop reads
+            self._body_socket.close()
+            self._body_socket = None
+            transport.resume_reading()
+            return False
         job.add_done_callback(self._body_received)
         return True
 
