@@ -301,7 +301,8 @@ class _Protocol(asyncio.BufferedProtocol):
 
     def _counted(self, loop: asyncio.AbstractEventLoop, nbytes: int) -> None:
         """In the body thread, now and then (see _REPORT_SECONDS): meters and progress bars."""
-        loop.call_soon_threadsafe(self._report, nbytes)
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody counts any more
+            loop.call_soon_threadsafe(self._report, nbytes)
 
     def _report(self, nbytes: int) -> None:
         if self.meter is not None:
