@@ -83,8 +83,11 @@ async def fetch_into(
         # unless the source receives them in threads, which fault their own pages in parallel
         # (a populating thread then only competes with them for the cores). The plan reads in
         # file order; so does the populating thread.
-        in_file_order = sorted(remaining, key=lambda t: t.range.start)
-        ahead = [] if source.receives_in_threads() else [t.buffer for t in in_file_order]
+        ahead = (
+            []
+            if source.receives_in_threads()
+            else [t.buffer for t in sorted(remaining, key=lambda t: t.range.start)]
+        )
         async with Populating(ahead):
             await gather_or_cancel([run(part) for part in plan.parts])
     finally:

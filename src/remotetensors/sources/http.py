@@ -195,13 +195,10 @@ class HttpSource(ByteSource):
     # --- the ByteSource contract --------------------------------------------------------------
 
     def receives_in_threads(self) -> bool:
-        """True when the direct reader serves the data over plain TCP: it receives bodies of
-        at least ``rawhttp.THREAD_BODY_BYTES`` in worker threads (TLS bodies stay in the loop)."""
-        return (
-            self._whole_body is None
-            and urlsplit(self._data_url).scheme.lower() == "http"
-            and self._direct(first=False) is not None
-        )
+        """True when the direct reader serves the data and receives its large bodies in worker
+        threads (see :meth:`RawRangeClient.receives_in_threads`)."""
+        direct = None if self._whole_body is not None else self._direct(first=False)
+        return direct is not None and direct.receives_in_threads(self._data_url)
 
     def recipe(self) -> SourceRecipe:
         return self._recipe_for(self._given_url)

@@ -141,9 +141,7 @@ class _Protocol(asyncio.BufferedProtocol):
         idle_seconds: a body thread gives up after this long without a byte.
     """
 
-    def __init__(
-        self, scratch: bytearray, *, plain: bool = False, idle_seconds: float = 60.0
-    ) -> None:
+    def __init__(self, scratch: bytearray, *, plain: bool, idle_seconds: float) -> None:
         self.transport: asyncio.Transport | None = None
         self.closed = False
         self._scratch = scratch
@@ -493,6 +491,12 @@ class RawRangeClient:
         self._idle: dict[tuple[str, str, int], list[_Protocol]] = {}
         self._scratch = bytearray(_SCRATCH_BYTES)
 
+    @staticmethod
+    def receives_in_threads(url: str) -> bool:
+        """Whether bodies of at least :data:`THREAD_BODY_BYTES` from ``url`` are received in
+        worker threads: over plain TCP; over TLS the loop decrypts and receives them."""
+        return _address(url)[0][0] != "https"
+
     async def get_into(
         self,
         url: str,
@@ -554,7 +558,7 @@ class RawRangeClient:
                 functools.partial(
                     _Protocol,
                     self._scratch,
-                    plain=context is None,
+                    plain=context is None,  # as receives_in_threads says of the URL
                     idle_seconds=self._read_timeout + 1.0,
                 ),
                 host,
