@@ -8,10 +8,9 @@ httpx, the event loop machinery and the model code until something is opened.
 from __future__ import annotations
 
 import importlib
-import sys
-import types
 from typing import TYPE_CHECKING, Any
 
+from . import hooks
 from .errors import (
     AmbiguousModelError,
     BackendError,
@@ -38,42 +37,44 @@ from .errors import (
 )
 
 if TYPE_CHECKING:
-    from .checksum import verify_checksum, verify_checksum_async
-    from .compare import Comparison, compare
     from .dtypes import DTYPES, DType
-    from .explore import TensorView
     from .index import FileIndex, ModelIndex, TensorInfo, parameter_count
-    from .memory import MemoryEstimate
-    from .model import AsyncModel, open_model_async
+    from .models.checksum import verify_checksum, verify_checksum_async
+    from .models.model import AsyncModel, open_model_async
+    from .models.scan import ModelSummary, ScanResult, scan, scan_async
+    from .models.sync import Model, TensorSlice, open_async, open_model, safe_open
     from .options import ReadOptions
     from .quantization import LogicalTensor, ParameterCount, Quantization
+    from .quantization.memory import MemoryEstimate
     from .ranges import ByteRange
-    from .reader import AsyncTensorFile, AsyncTensorSlice
-    from .scan import ModelSummary, ScanResult, scan, scan_async
+    from .reading.file import AsyncTensorFile, AsyncTensorSlice
     from .sources.base import Traffic
     from .sources.http import HttpOptions
-    from .stats import TensorStats
-    from .sync import Model, TensorSlice, open_async, open_model, safe_open
+    from .views.compare import Comparison, compare
+    from .views.explore import TensorView
+    from .views.stats import TensorStats
 
 __version__ = "0.1.0"
 
 _LAZY: dict[str, str] = {
-    **dict.fromkeys(["verify_checksum", "verify_checksum_async"], ".checksum"),
-    **dict.fromkeys(["Comparison", "compare"], ".compare"),
+    **dict.fromkeys(["verify_checksum", "verify_checksum_async"], ".models.checksum"),
+    **dict.fromkeys(["Comparison", "compare"], ".views.compare"),
     **dict.fromkeys(["DTYPES", "DType"], ".dtypes"),
-    **dict.fromkeys(["TensorView"], ".explore"),
+    **dict.fromkeys(["TensorView"], ".views.explore"),
     **dict.fromkeys(["FileIndex", "ModelIndex", "TensorInfo", "parameter_count"], ".index"),
-    **dict.fromkeys(["MemoryEstimate"], ".memory"),
-    **dict.fromkeys(["AsyncModel", "open_model_async"], ".model"),
+    **dict.fromkeys(["MemoryEstimate"], ".quantization.memory"),
+    **dict.fromkeys(["AsyncModel", "open_model_async"], ".models.model"),
     **dict.fromkeys(["ReadOptions"], ".options"),
     **dict.fromkeys(["LogicalTensor", "ParameterCount", "Quantization"], ".quantization"),
     **dict.fromkeys(["ByteRange"], ".ranges"),
-    **dict.fromkeys(["AsyncTensorFile", "AsyncTensorSlice"], ".reader"),
-    **dict.fromkeys(["ModelSummary", "ScanResult", "scan", "scan_async"], ".scan"),
+    **dict.fromkeys(["AsyncTensorFile", "AsyncTensorSlice"], ".reading.file"),
+    **dict.fromkeys(["ModelSummary", "ScanResult", "scan", "scan_async"], ".models.scan"),
     **dict.fromkeys(["Traffic"], ".sources.base"),
     **dict.fromkeys(["HttpOptions"], ".sources.http"),
-    **dict.fromkeys(["TensorStats"], ".stats"),
-    **dict.fromkeys(["Model", "TensorSlice", "open_async", "open_model", "safe_open"], ".sync"),
+    **dict.fromkeys(["TensorStats"], ".views.stats"),
+    **dict.fromkeys(
+        ["Model", "TensorSlice", "open_async", "open_model", "safe_open"], ".models.sync"
+    ),
 }
 
 
@@ -93,21 +94,63 @@ def __dir__() -> list[str]:
     return sorted(__all__)
 
 
-class _Package(types.ModuleType):
-    """The package, where ``compare`` and ``scan`` stay functions once their submodules load.
-
-    Importing a submodule binds it on its package under its own name; an eager ``__init__``
-    then rebound the function of the same name, but a lazy one imports ``.compare`` and
-    ``.scan`` later, whenever some other module first needs them.
-    """
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if name in ("compare", "scan") and isinstance(value, types.ModuleType):
-            value = getattr(value, name)
-        super().__setattr__(name, value)
+# The hooks through which values reach the views and integrations above them (see hooks.py).
+# Each imports its implementation on first call.
 
 
-sys.modules[__name__].__class__ = _Package
+def _tensor_card_html(*args: Any, **kwargs: Any) -> Any:
+    from .views.explore import tensor_card_html
+
+    return tensor_card_html(*args, **kwargs)
+
+
+def _tensors_html(*args: Any, **kwargs: Any) -> Any:
+    from .views.display import html_view
+
+    return html_view(*args, **kwargs)
+
+
+def _model_html(*args: Any, **kwargs: Any) -> Any:
+    from .views.explore import model_html
+
+    return model_html(*args, **kwargs)
+
+
+def _model_text(*args: Any, **kwargs: Any) -> Any:
+    from .views.explore import model_text
+
+    return model_text(*args, **kwargs)
+
+
+def _model_tree(*args: Any, **kwargs: Any) -> Any:
+    from .views.explore import model_tree
+
+    return model_tree(*args, **kwargs)
+
+
+def _tensor_view(*args: Any, **kwargs: Any) -> Any:
+    from .views.explore import TensorView
+
+    return TensorView(*args, **kwargs)
+
+
+def _tensor_to_dask(*args: Any, **kwargs: Any) -> Any:
+    from .integrations.dask import tensor_to_dask
+
+    return tensor_to_dask(*args, **kwargs)
+
+
+for _name, _implementation in {
+    "tensor_card_html": _tensor_card_html,
+    "tensors_html": _tensors_html,
+    "model_html": _model_html,
+    "model_text": _model_text,
+    "model_tree": _model_tree,
+    "tensor_view": _tensor_view,
+    "tensor_to_dask": _tensor_to_dask,
+}.items():
+    hooks.plug(_name, _implementation)
+del _name, _implementation
 
 
 __all__ = [

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .cli import main_exit
+from .cli.app import main_exit
 
 if __name__ == "__main__":
     main_exit()

@@ -13,6 +13,7 @@ from itertools import compress
 from types import MappingProxyType
 from typing import Any
 
+from . import hooks
 from .dtypes import DTYPES, DType, dtype
 
 
@@ -52,9 +53,7 @@ class TensorInfo:
         return math.prod(self.shape)
 
     def _repr_html_(self) -> str:
-        from .explore import tensor_card_html
-
-        return tensor_card_html(self)
+        return str(hooks.call("tensor_card_html", self))
 
     def __repr__(self) -> str:
         where = f", file={self.file!r}" if self.file is not None else ""
@@ -309,9 +308,7 @@ class FileIndex(_Totals):
         return len(self.tensors)
 
     def _repr_html_(self) -> str:
-        from .display import html_view
-
-        return html_view(f"{self.format} file", self.tensors.values())
+        return str(hooks.call("tensors_html", f"{self.format} file", self.tensors.values()))
 
     def __repr__(self) -> str:
         return (
@@ -385,8 +382,5 @@ class ModelIndex(_Totals):
         return sum(f.data_offset for f in self.files.values())
 
     def _repr_html_(self) -> str:
-        from .display import html_view
-
-        return html_view(
-            f"model in {len(self.files)} file(s)", self.tensors.values(), show_files=True
-        )
+        title = f"model in {len(self.files)} file(s)"
+        return str(hooks.call("tensors_html", title, self.tensors.values(), show_files=True))

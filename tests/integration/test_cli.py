@@ -162,11 +162,12 @@ def test_an_unexpected_failure_is_one_line_unless_debugging(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import remotetensors.cli as cli
+    import remotetensors.cli.params as params_command
 
     def broken(args: object) -> int:
         raise RuntimeError("boom\nsecond line")
 
-    monkeypatch.setattr(cli, "_params", broken)
+    monkeypatch.setattr(params_command, "run", broken)
     monkeypatch.delenv(cli.DEBUG_VARIABLE, raising=False)
     status, out, err = run(capsys, "params", "anywhere")
     assert status == 1

@@ -246,7 +246,7 @@ def test_local_files_on_process_workers(client: Any, tmp_path: Any) -> None:
 def test_a_scan_runs_as_a_dask_bag_within_each_workers_rate_limit(
     client: Any, hub: HubStandIn
 ) -> None:
-    from remotetensors.dask import scan_bag
+    from remotetensors.integrations.dask import scan_bag
     from tests.integration.test_scan import NO_CONFIGS, _fleet
 
     expected = _fleet(hub, 40)

@@ -15,7 +15,7 @@ import pytest
 
 import remotetensors as rt
 from remotetensors.cli import main
-from remotetensors.display import traffic_words
+from remotetensors.views.display import traffic_words
 from tests.reference import write_reference
 from tests.servers import Log, static_server
 

@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 import remotetensors as rt
-from remotetensors.progress import SHOW_AFTER_SECONDS
+from remotetensors.reading.progress import SHOW_AFTER_SECONDS
 from remotetensors.redact import redact_url
 from tests.rawservers import RawServer, Reply, Request, cut_after, head, partial, trickle
 from tests.reference import write_reference

@@ -86,7 +86,7 @@ def test_large_tensors_read_in_parallel_while_their_pages_are_populated(
     # thread walks four destinations in 64 KiB steps while four parts fill them. Except where
     # the direct reader receives the bodies in threads (plain HTTP): they fault their own
     # pages on every core, and nothing is populated ahead.
-    from remotetensors import prefault
+    from remotetensors.reading import prefault
 
     monkeypatch.setattr(prefault, "MIN_BYTES", 1024 * 1024)
     monkeypatch.setattr(prefault, "STEP_BYTES", 64 * 1024)
@@ -577,7 +577,7 @@ def test_ctrl_c_cancels_the_work_in_flight(
     import signal
     import time
 
-    from remotetensors.sync import _bridge_loop
+    from remotetensors.models.sync import _bridge_loop
 
     server, url, _ = model_on_faulty
     f = rt.safe_open(url, options=SMALL_WINDOW)
@@ -612,7 +612,7 @@ def test_progress_bars_only_when_asked_or_on_a_terminal(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     _, url, tensors = model_on_faulty
-    monkeypatch.setattr("remotetensors.progress.SHOW_AFTER_SECONDS", 0)
+    monkeypatch.setattr("remotetensors.reading.progress.SHOW_AFTER_SECONDS", 0)
     with rt.safe_open(url, options=rt.ReadOptions(header_window_bytes=2048)) as f:
         f.get_tensor("embed")
     assert capsys.readouterr().err == ""  # stderr is not a terminal here: no bar

@@ -17,7 +17,8 @@ from safetensors import safe_open as reference_open
 from safetensors.numpy import save_file
 
 import remotetensors as rt
-from remotetensors import reader, sync
+from remotetensors.models import sync
+from remotetensors.reading import window
 
 
 @pytest.fixture
@@ -92,7 +93,7 @@ def many_big(tmp_path: Path) -> Path:
     path = tmp_path / "many_big.safetensors"
     # 50 x 3.6 kB: most of them past the default header window of 64 KiB.
     tensors: dict[str, Any] = {f"t{i}": np.full((3, 300), i, np.float32) for i in range(50)}
-    tensors["zpad"] = np.zeros(reader.WHOLE_FILE_BYTES, np.uint8)
+    tensors["zpad"] = np.zeros(window.WHOLE_FILE_BYTES, np.uint8)
     save_file(tensors, str(path))
     return path
 

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import remotetensors as rt
-from remotetensors.scan import POOL_CONNECTIONS
+from remotetensors.models.scan import POOL_CONNECTIONS
 from tests.hub_standin import TOKEN, HubStandIn
 from tests.integration.test_models import _no_stored_token, expected_counts, sharded
 from tests.reference import write_reference

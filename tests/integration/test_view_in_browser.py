@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from remotetensors.display import tree_html
-from remotetensors.explore import tensor_card_html
 from remotetensors.index import TensorInfo
 from remotetensors.quantization import count_parameters
-from remotetensors.stats import tensor_stats
-from remotetensors.tree import build_tree
+from remotetensors.views.display import tree_html
+from remotetensors.views.explore import tensor_card_html
+from remotetensors.views.stats import tensor_stats
+from remotetensors.views.tree import build_tree
 from tests import quantized
 
 BROWSERS = ("chromium", "chromium-browser", "google-chrome", "chrome", "headless_shell")

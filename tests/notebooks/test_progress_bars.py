@@ -19,9 +19,9 @@ def _run_cells(location: str) -> list[Any]:
 
     cells = [
         # Show bars at once instead of after a second, so that a quick read shows one.
-        "import remotetensors as rt, remotetensors.progress\n"
-        "remotetensors.progress.SHOW_AFTER_SECONDS = 0\n"
-        "print('wanted:', remotetensors.progress.wanted(None))",
+        "import remotetensors as rt, remotetensors.reading.progress\n"
+        "remotetensors.reading.progress.SHOW_AFTER_SECONDS = 0\n"
+        "print('wanted:', remotetensors.reading.progress.wanted(None))",
         f"with rt.safe_open({location!r}) as f:\n    w = f.get_tensor('w')\nprint(w.shape)",
     ]
     notebook = nbformat.v4.new_notebook()  # type: ignore[no-untyped-call]

@@ -7,7 +7,7 @@ import argparse
 import numpy as np
 import pytest
 
-from remotetensors.cli_options import (
+from remotetensors.cli.options import (
     UsageError,
     add_location_options,
     open_options,
@@ -15,7 +15,7 @@ from remotetensors.cli_options import (
     parse_slice,
     resolve_negative,
 )
-from remotetensors.cli_table import render
+from remotetensors.cli.table import render
 
 
 def parsed(*argv: str) -> argparse.Namespace:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from remotetensors.configs import parse_config
+from remotetensors.models.configs import parse_config
 
 
 def test_an_object_is_returned() -> None:

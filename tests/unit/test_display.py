@@ -6,7 +6,9 @@ from __future__ import annotations
 import math
 import re
 
-from remotetensors.display import (
+from remotetensors.index import FileIndex, ModelIndex, TensorInfo, TensorTable
+from remotetensors.quantization import count_parameters
+from remotetensors.views.display import (
     html_view,
     human_bytes,
     human_count,
@@ -14,9 +16,7 @@ from remotetensors.display import (
     tree_html,
     tree_text,
 )
-from remotetensors.index import FileIndex, ModelIndex, TensorInfo, TensorTable
-from remotetensors.quantization import count_parameters
-from remotetensors.tree import (
+from remotetensors.views.tree import (
     Leaf,
     Section,
     build_tree,

@@ -18,7 +18,7 @@ import pytest
 # that our errors are also instances of their exception classes (the drop-in, see errors.py).
 HEAVY = ("fsspec", "ml_dtypes", "tqdm", "huggingface_hub", "aiohttp", "torch")
 # Not even these for the package alone and for --help: our names are imported on first use.
-BASE = ("numpy", "httpx", "asyncio", "remotetensors.sync", "remotetensors.model")
+BASE = ("numpy", "httpx", "asyncio", "remotetensors.models.sync", "remotetensors.models.model")
 
 _REPORT = (
     "import json, sys\n"
@@ -71,9 +71,9 @@ def test_the_package_and_help_import_neither_numpy_nor_httpx(body: str) -> None:
 def test_names_and_submodules_load_on_first_use() -> None:
     body = (
         "import remotetensors as rt\n"
-        "assert rt.open_model.__module__ == 'remotetensors.sync'\n"
-        "assert rt.sync.safe_open is rt.safe_open\n"
-        "import remotetensors.compare, remotetensors.scan\n"  # their functions stay
+        "assert rt.open_model.__module__ == 'remotetensors.models.sync'\n"
+        "assert rt.models.sync.safe_open is rt.safe_open\n"
+        "import remotetensors.views.compare, remotetensors.models.scan\n"  # their functions stay
         "assert callable(rt.compare) and callable(rt.scan)\n"
         "from remotetensors import HttpOptions, ScanResult\n"
         "assert sorted(rt.__all__) == sorted(n for n in dir(rt))\n"

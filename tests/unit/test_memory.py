@@ -11,7 +11,7 @@ import pytest
 from hf_mem.safetensors.kv_cache import compute_safetensors_kv_cache_size
 from hf_mem.safetensors.metadata import parse_safetensors_metadata
 
-from remotetensors.memory import estimate_memory, kv_dtype_name
+from remotetensors.quantization.memory import estimate_memory, kv_dtype_name
 from tests import quantized as q
 
 

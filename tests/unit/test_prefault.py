@@ -8,7 +8,7 @@ import sys
 import numpy as np
 import pytest
 
-from remotetensors import prefault
+from remotetensors.reading import prefault
 
 linux_only = pytest.mark.skipif(
     not sys.platform.startswith("linux") or prefault._madvise() is None,

@@ -11,11 +11,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 from safetensors import safe_open
 
-from remotetensors.assemble import OutputArray, fill_from_file_bytes
 from remotetensors.errors import SliceError
 from remotetensors.formats.safetensors import parse_file
 from remotetensors.index import FileIndex
-from remotetensors.slicing import plan_slice
+from remotetensors.reading.assemble import OutputArray, fill_from_file_bytes
+from remotetensors.reading.slicing import plan_slice
 from tests.reference import raw_file, write_reference
 
 SHAPES = {

@@ -8,10 +8,10 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from remotetensors.compare import value_difference
-from remotetensors.explore import sample_blocks
 from remotetensors.sources.base import Traffic
-from remotetensors.stats import tensor_stats
+from remotetensors.views.compare import value_difference
+from remotetensors.views.explore import sample_blocks
+from remotetensors.views.stats import tensor_stats
 
 
 def test_stats_count_nan_inf_and_zeros() -> None:

@@ -4,6 +4,9 @@ A Dask worker reads chunks of a tensor that the client opened: what crosses to t
 :class:`SourceRecipe` (plain, picklable values), not the source with its connections. The
 recipe carries the version the client saw (size and validator); the worker's first answer must
 match it, so every worker reads the same bytes or fails with :class:`RemoteFileChangedError`.
+
+This module holds the value only; :mod:`.reopen` opens it (it imports every source, and every
+source makes recipes).
 """
 
 from __future__ import annotations
@@ -12,18 +15,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from ..errors import RemoteFileChangedError
 from ..redact import redact_url
 
 if TYPE_CHECKING:
-    from .base import ByteSource
-    from .http import HttpOptions
-    from .httpclient import Client
+    from .httpclient import HttpOptions
 
 RecipeKind = Literal["http", "fsspec", "local"]
-
-PIN_CHECK_BYTES = 8
-"""What a reopened source asks for first: the length prefix, to learn size and validator."""
 
 
 @dataclass(frozen=True)
@@ -56,43 +53,3 @@ class SourceRecipe:
             f"SourceRecipe({self.kind}, {redact_url(self.location)}, size={self.size}, "
             f"validator={self.validator})"
         )
-
-    def source(self, *, client: Client | None = None) -> ByteSource:
-        """A new, unopened source for the file (``client`` is shared by ``"http"`` sources)."""
-        if self.kind == "http":
-            from .http import HttpSource
-
-            return HttpSource(self.target, client=client, options=self.http_options)
-        if self.kind == "fsspec":
-            from .fsspec import FsspecSource
-
-            return FsspecSource(self.target, storage_options=self.storage_options)
-        from .local import LocalSource
-
-        return LocalSource(self.target, location=self.location)
-
-    async def open(self, *, client: Client | None = None) -> ByteSource:
-        """Open the file and check it is still the version of the recipe.
-
-        Costs one small request (the first :data:`PIN_CHECK_BYTES` bytes).
-
-        Raises:
-            RemoteFileChangedError: the size or validator differs from the recipe's.
-            and whatever the source raises when opening.
-        """
-        source = self.source(client=client)
-        try:
-            prefix = await source.open_prefix(PIN_CHECK_BYTES)
-            changed = prefix.size != self.size or (
-                self.validator is not None and prefix.validator != self.validator
-            )
-            if changed:
-                raise RemoteFileChangedError(
-                    f"{redact_url(self.location)}: the file changed since it was opened "
-                    f"(expected size {self.size}, validator {self.validator}; "
-                    f"found size {prefix.size}, validator {prefix.validator})"
-                )
-        except BaseException:
-            await source.aclose()
-            raise
-        return source

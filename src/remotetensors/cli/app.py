@@ -1,0 +1,144 @@
+"""The command line: ``remotetensors params|memory|info|tree|ls|get|demo``.
+
+Also ``python -m remotetensors``. Every failure is one line on stderr, ``remotetensors: error:
+...``, and exit status 1 (2 for a malformed command line, as argparse does); Ctrl-C exits with
+130 after one line. On a terminal a status line shows what is being waited for when nothing
+moves for a second or two. ``--json`` prints data as JSON.
+
+Adding a command: a module of its own in this package, named as the command, with ``HELP``
+(one line), ``add_arguments(sub)`` (``options.add_location_options(sub)`` when it reads a
+location) and ``run(args)``, which returns the exit status; then list it in :data:`COMMANDS`.
+:func:`.options.opened` opens the location with every shared option applied and the status line
+running; :func:`.table.print_table` prints a table that fits the terminal.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sys
+import warnings
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from .. import __version__
+from ..errors import RemoteTensorsError
+from . import demo, get, info, ls, memory, params, tree
+from .options import opened, parse_slice
+
+if TYPE_CHECKING:
+    from types import ModuleType as Command
+
+# Each command is a module with ``HELP``, ``add_arguments(sub)`` and ``run(args) -> int``. The
+# commands import what they use when they run, so that ``--help`` and a usage error do not pay
+# for httpx, numpy and the model code (see tests/unit/test_import_cost.py).
+
+__all__ = ["DEBUG_VARIABLE", "main", "main_exit", "opened", "parse_slice"]
+
+DEBUG_VARIABLE = "REMOTETENSORS_DEBUG"
+"""Set to 1 to get the traceback of an unexpected failure instead of its one-line summary."""
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the command line; returns the exit status."""
+    parser = _parser()
+    args = parser.parse_args(_join_dash_values(sys.argv[1:] if argv is None else argv))
+    try:
+        with _one_line_warnings():
+            return _run(args)
+    except KeyboardInterrupt:
+        print("remotetensors: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        # The reader of stdout went away (``| head``): stop quietly, as other tools do, and
+        # keep Python from complaining when it flushes stdout at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
+    except (RemoteTensorsError, ValueError, OSError) as exc:
+        _error(str(exc))
+        return 1
+    except Exception as exc:
+        if os.environ.get(DEBUG_VARIABLE):
+            raise
+        _error(
+            f"{type(exc).__name__}: {exc} (unexpected; {DEBUG_VARIABLE}=1 shows the traceback, "
+            "please report it)"
+        )
+        return 1
+
+
+def main_exit() -> None:
+    """Console-script entry point: run and exit with the status."""
+    sys.exit(main())
+
+
+@contextlib.contextmanager
+def _one_line_warnings() -> Iterator[None]:
+    """Warnings (a config that cannot be used, ...) as ``remotetensors: warning: ...`` lines,
+    not Python's two-line form with a source line from asyncio."""
+    shown = warnings.showwarning
+
+    def show(message: Warning | str, category: type[Warning], *args: Any, **kwargs: Any) -> None:
+        one_line = " ".join(str(message).split())
+        print(f"remotetensors: warning: {one_line}", file=sys.stderr)
+
+    warnings.showwarning = show
+    try:
+        yield
+    finally:
+        warnings.showwarning = shown
+
+
+def _error(message: str) -> None:
+    one_line = " ".join(message.split())
+    print(f"remotetensors: error: {one_line}", file=sys.stderr)
+
+
+# Options whose values may start with '-' and a digit (``--slice -10:``), which argparse would
+# otherwise take for an option.
+_DASH_VALUE_OPTIONS = ("--slice",)
+
+
+def _join_dash_values(argv: list[str]) -> list[str]:
+    joined: list[str] = []
+    items = iter(argv)
+    for item in items:
+        if item in _DASH_VALUE_OPTIONS:
+            value = next(items, None)
+            if value is not None and value[:1] == "-" and value[1:2].isdigit():
+                joined.append(f"{item}={value}")
+                continue
+            joined.append(item)
+            if value is not None:
+                joined.append(value)
+            continue
+        joined.append(item)
+    return joined
+
+
+# The commands in the order ``--help`` lists them.
+COMMANDS: tuple[Command, ...] = (params, memory, info, tree, ls, get, demo)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="remotetensors",
+        description="Read safetensors, bintensors and GGUF files where they live.",
+    )
+    parser.add_argument("--version", action="version", version=f"remotetensors {__version__}")
+    commands = parser.add_subparsers(required=True, metavar="COMMAND")
+    for module in COMMANDS:
+        name = module.__name__.rsplit(".", 1)[-1]
+        sub = commands.add_parser(name, help=module.HELP, description=module.HELP)
+        module.add_arguments(sub)
+        # The command's own module is asked for ``run`` when the command runs (a test may
+        # replace it); the demo also gets ``main``, to run the commands it shows.
+        sub.set_defaults(command=module)
+    return parser
+
+
+def _run(args: argparse.Namespace) -> int:
+    if args.command is demo:
+        return demo.run(args, main=main)
+    return int(args.command.run(args))

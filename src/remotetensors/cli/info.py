@@ -1,0 +1,65 @@
+"""``remotetensors info LOCATION``: format, metadata, files and sizes."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from ..views.display import human_bytes, human_count, shown_metadata
+from .options import add_location_options, opened
+from .table import print_table
+
+HELP = "Show format, metadata, files and sizes."
+
+
+def add_arguments(sub: argparse.ArgumentParser) -> None:
+    add_location_options(sub)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..formats.gguf import describe_lines
+
+    with opened(args) as model:
+        files: dict[str, dict[str, Any]] = {
+            name: {
+                "format": index.format,
+                "header_bytes": index.header_length,
+                "file_bytes": index.file_size,
+                "tensors": len(index),
+                "metadata": shown_metadata(index.format, index.metadata, index.tensors),
+            }
+            for name, index in model.index.files.items()
+        }
+        dtypes = sorted(model.parameter_count())
+        result: dict[str, Any] = {
+            "location": args.location,
+            "files": files,
+            "tensors": len(model.tensors),
+            "dtypes": dtypes,
+            "parameters": model.num_parameters,
+            "bytes": model.nbytes,
+            "metadata": shown_metadata(
+                next(iter(files.values()))["format"], model.metadata, model.tensors
+            ),
+            "unmapped": list(model.index.unmapped),
+        }
+    if args.json:
+        print(json.dumps(result))
+        return 0
+    formats = sorted({f["format"] for f in files.values()})
+    print(f"{args.location}")
+    print(f"  format:     {', '.join(str(f) for f in formats)}")
+    print(f"  tensors:    {result['tensors']} ({', '.join(dtypes)})")
+    print(f"  parameters: {human_count(result['parameters'])} ({result['parameters']:,})")
+    print(f"  data:       {human_bytes(result['bytes'])}")
+    if "gguf" in formats and result["metadata"]:
+        print(describe_lines(result["metadata"], result["parameters"], result["bytes"]))
+    elif result["metadata"]:
+        print(f"  metadata:   {json.dumps(result['metadata'])}")
+    rows = [
+        [name, str(f["tensors"]), human_bytes(f["header_bytes"]), human_bytes(f["file_bytes"])]
+        for name, f in files.items()
+    ]
+    print_table(["file", "tensors", "header", "size"], rows, right=("tensors", "header", "size"))
+    return 0

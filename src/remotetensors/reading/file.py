@@ -1,0 +1,321 @@
+"""The async file reader: one header window, then only the bytes a caller asks for."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from .. import hooks
+from ..dtypes import DTYPES
+from ..errors import FileClosedError, TensorNotFoundError, did_you_mean
+from ..options import DEFAULT_CHUNK_BYTES, ReadOptions
+from ..ranges import ByteRange
+from ..sources.base import CountingSource, Traffic
+from .assemble import OutputArray
+from .fetch import Target, fetch_into, fetch_into_blocking
+from .frameworks import check_framework, convert
+from .slicing import plan_slice
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    import dask.array as da
+    import numpy.typing as npt
+
+    from ..index import FileIndex, TensorInfo
+    from ..sources.base import ByteSource
+
+
+class AsyncTensorFile:
+    """An open safetensors file: its validated index, and tensors fetched on demand.
+
+    Create it with :func:`remotetensors.open_async`. ``keys()``, ``offset_keys()``,
+    ``metadata()`` and ``index`` are plain; methods that fetch data are coroutines. Reads of
+    several tensors are planned together: coalesced, split and fetched concurrently.
+    """
+
+    def __init__(
+        self,
+        source: ByteSource,
+        index: FileIndex,
+        prefix: bytes | bytearray,
+        *,
+        options: ReadOptions,
+        framework: str = "numpy",
+    ) -> None:
+        self._source = source
+        self._set_index(index)
+        self._prefix = prefix
+        self._options = options
+        self._framework = check_framework(framework)
+        self._closed = False
+
+    def _set_index(self, index: FileIndex) -> None:
+        self._index = index
+        self._rows = index.tensors.rows()  # name -> row, for the lean path of get_tensor_now
+
+    # --- what the header says ----------------------------------------------------------------
+
+    @property
+    def location(self) -> str:
+        """Where the file is, as given."""
+        return self._source.location
+
+    @property
+    def index(self) -> FileIndex:
+        """The validated header: tensors, metadata, sizes."""
+        return self._index
+
+    @property
+    def traffic(self) -> Traffic:
+        """What crossed the network for this file so far: requests, bytes, seconds."""
+        source = self._source
+        return source.traffic if isinstance(source, CountingSource) else Traffic()
+
+    def keys(self) -> list[str]:
+        """Tensor names, sorted."""
+        self._check_open()
+        return self._index.keys()
+
+    def offset_keys(self) -> list[str]:
+        """Tensor names in data order."""
+        self._check_open()
+        return self._index.offset_keys()
+
+    def metadata(self) -> dict[str, Any] | None:
+        """The header's ``__metadata__``, or None; a GGUF file's typed key/value metadata."""
+        self._check_open()
+        meta = self._index.metadata
+        return None if meta is None else dict(meta)
+
+    def info(self, name: str) -> TensorInfo:
+        """The header entry of tensor ``name``.
+
+        Raises:
+            TensorNotFoundError: the file has no such tensor.
+        """
+        self._check_open()
+        try:
+            return self._index.tensors[name]
+        except KeyError:
+            raise TensorNotFoundError(
+                f"File does not contain tensor {name} ({self.location})"
+                f"{did_you_mean(name, self._index.tensors)}",
+                name=name,
+            ) from None
+
+    # --- data ------------------------------------------------------------------------------------
+
+    async def get_tensor(self, name: str) -> Any:
+        """Fetch one tensor: a writable C-contiguous array of its dtype and shape."""
+        return (await self.get_tensors([name]))[name]
+
+    async def get_tensors(self, names: Iterable[str] | None = None) -> dict[str, Any]:
+        """Fetch several tensors in one plan (coalesced, split, concurrent).
+
+        Args:
+            names: which tensors; all of them, in data order, when None.
+
+        Returns:
+            name -> array, in the order of ``names``.
+        """
+        wanted = list(self.offset_keys() if names is None else dict.fromkeys(names))
+        infos = [self.info(name) for name in wanted]
+        outputs = [OutputArray(info.dtype_info, info.shape) for info in infos]
+        targets = [
+            Target(ByteRange(info.start, info.end), out.buffer)
+            for info, out in zip(infos, outputs, strict=True)
+        ]
+        await self._fetch(targets)
+        return {
+            info.name: convert(out.result(), info.dtype, self._framework)
+            for info, out in zip(infos, outputs, strict=True)
+        }
+
+    def get_tensor_now(self, name: str) -> Any | None:
+        """:meth:`get_tensor` in the calling thread, when that is cheaper (see below); else None.
+
+        The per-tensor path of code written for safetensors (``f.get_tensor(k)`` in a loop):
+        one lookup, one allocation, one ``preadv``, nothing planned.
+        """
+        blocking = self._source.blocking()
+        if blocking is None:
+            return None
+        self._check_open()
+        row = self._rows.get(name)
+        if row is not None:
+            # The common case at a few microseconds: a tensor of a byte-aligned dtype, copied
+            # from the bytes held since the open or read straight into its array after them;
+            # no TensorInfo, no plan. One that straddles the two takes the general way below.
+            dtype_name, shape, start, end, _ = row
+            numpy_dtype = _WHOLE_BYTE_DTYPES[dtype_name]
+            if numpy_dtype is not None and end - start <= self._options.part_size_bytes:
+                array: Any = None
+                if end <= len(self._prefix):  # a small local file is read whole on open
+                    count = (end - start) // numpy_dtype.itemsize
+                    array = np.frombuffer(self._prefix, numpy_dtype, count, start)
+                    array = array.reshape(shape).copy()  # its own, writable, C-contiguous
+                elif start >= len(self._prefix):
+                    storage = np.empty(end - start, np.uint8)
+                    if end > start:
+                        blocking.read_into_now(start, storage.data)
+                    array = storage.view(numpy_dtype).reshape(shape)
+                if array is not None:
+                    if self._framework == "numpy":
+                        return array
+                    return convert(array, dtype_name, self._framework)
+        info = self.info(name)
+        if info.end - info.start > self._options.part_size_bytes:
+            return None
+        out = OutputArray(info.dtype_info, info.shape)
+        if info.start < len(self._prefix):
+            target = Target(ByteRange(info.start, info.end), out.buffer)
+            fetch_into_blocking(
+                blocking.read_into_now, [target], options=self._options, cached_prefix=self._prefix
+            )
+        elif info.end > info.start:
+            blocking.read_into_now(info.start, out.buffer)
+        return convert(out.result(), info.dtype, self._framework)
+
+    def get_tensors_now(self, names: Iterable[str] | None = None) -> dict[str, Any] | None:
+        """:meth:`get_tensors` in the calling thread, when that is the cheaper way; else None.
+
+        It is when the source reads without an event loop (a local file) and the tensors are
+        small (at most ``part_size_bytes`` in all): a ``preadv`` of a few kilobytes takes
+        microseconds, a round trip to the IO thread tens. Larger reads return None and go the
+        async way, which spreads them over worker threads. The sync facade uses this; it is
+        not a second bridge, as nothing here waits on a loop: it is a plain blocking read.
+        """
+        blocking = self._source.blocking()
+        if blocking is None:
+            return None
+        wanted = list(self.offset_keys() if names is None else dict.fromkeys(names))
+        if len(self._prefix) >= self._index.file_size:
+            # The whole file is in memory (see WHOLE_FILE_BYTES): tensor by tensor, no plan.
+            return {name: self.get_tensor_now(name) for name in wanted}
+        infos = [self.info(name) for name in wanted]
+        if sum(info.end - info.start for info in infos) > self._options.part_size_bytes:
+            return None
+        outputs = [OutputArray(info.dtype_info, info.shape) for info in infos]
+        targets = [
+            Target(ByteRange(info.start, info.end), out.buffer)
+            for info, out in zip(infos, outputs, strict=True)
+        ]
+        self._check_open()
+        fetch_into_blocking(
+            blocking.read_into_now, targets, options=self._options, cached_prefix=self._prefix
+        )
+        return {
+            info.name: convert(out.result(), info.dtype, self._framework)
+            for info, out in zip(infos, outputs, strict=True)
+        }
+
+    async def get_tensor_bytes(self, name: str) -> npt.NDArray[np.uint8]:
+        """Fetch a tensor's bytes as stored in the file (1-D uint8; packed for F4 and F6)."""
+        info = self.info(name)
+        raw = np.empty(info.nbytes, dtype=np.uint8)
+        await self._fetch([Target(ByteRange(info.start, info.end), raw.data)])
+        return raw
+
+    def get_slice(self, name: str) -> AsyncTensorSlice:
+        """A lazy view of tensor ``name``; index it and await the result to fetch only that."""
+        return AsyncTensorSlice(self, self.info(name))
+
+    def to_dask(self, name: str, *, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> da.Array:
+        """Tensor ``name`` as a lazy Dask array whose chunks (about ``chunk_bytes`` of whole
+        rows each) are range reads; workers in other processes read this same file version.
+
+        Raises:
+            TensorNotFoundError: the file has no such tensor.
+            MissingDependencyError: dask is not installed (``pip install "remotetensors[dask]"``).
+        """
+        info = self.info(name)
+        array: da.Array = hooks.call(
+            "tensor_to_dask", self._source.recipe(), info, self._options, chunk_bytes=chunk_bytes
+        )
+        return array
+
+    async def _read_slice(self, info: TensorInfo, index: Any) -> Any:
+        self._check_open()
+        plan = plan_slice(info, index)
+        out = OutputArray(info.dtype_info, plan.shape)
+        targets = []
+        offset = 0
+        for run in plan.runs:
+            targets.append(Target(run, out.buffer[offset : offset + run.length]))
+            offset += run.length
+        await self._fetch(targets)
+        return convert(out.result(), info.dtype, self._framework)
+
+    async def _fetch(self, targets: list[Target]) -> None:
+        self._check_open()
+        await fetch_into(self._source, targets, options=self._options, cached_prefix=self._prefix)
+
+    # --- lifetime ------------------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise FileClosedError(f"File is closed ({self.location})")
+
+    def close_now(self) -> bool:
+        """:meth:`aclose` in the calling thread if the source allows; whether it did."""
+        blocking = self._source.blocking()
+        if blocking is None:
+            return False
+        self._closed = True
+        blocking.close_now()
+        return True
+
+    async def aclose(self) -> None:
+        """Release the source's connections; later calls raise FileClosedError."""
+        if not self._closed:
+            self._closed = True
+            await self._source.aclose()
+
+    async def __aenter__(self) -> AsyncTensorFile:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    def _repr_html_(self) -> str:
+        name = self.location.rstrip("/").rsplit("/", 1)[-1]
+        tensors = self._index.tensors.values()
+        return str(hooks.call("tensors_html", self.location, tensors, traffic={name: self.traffic}))
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else f"{len(self._index)} tensors"
+        return f"<AsyncTensorFile {self.location} ({state})>"
+
+
+class AsyncTensorSlice:
+    """``get_slice`` of the async reader: shape and dtype at once, data on ``await view[...]``."""
+
+    def __init__(self, file: AsyncTensorFile, info: TensorInfo) -> None:
+        self._file = file
+        self._info = info
+
+    def get_shape(self) -> list[int]:
+        """The tensor's shape."""
+        return list(self._info.shape)
+
+    def get_dtype(self) -> str:
+        """The header's dtype name (``"BF16"``)."""
+        return self._info.dtype
+
+    async def __getitem__(self, index: Any) -> Any:
+        return await self._file._read_slice(self._info, index)
+
+
+class _WholeByteDtypes(dict[str, Any]):
+    """Dtype name -> numpy dtype for the dtypes stored a whole number of bytes per element (the
+    lean path's); ``None`` for the others. Resolved on first use (ml_dtypes is imported then)."""
+
+    def __missing__(self, name: str) -> Any:
+        dt = DTYPES.get(name)
+        self[name] = found = None if dt is None or dt.packed else dt.numpy
+        return found
+
+
+_WHOLE_BYTE_DTYPES = _WholeByteDtypes()

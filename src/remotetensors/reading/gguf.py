@@ -1,0 +1,189 @@
+"""GGUF files over any source: the header in a few large reads, tensors dequantized on demand.
+
+What crosses the network for a header: the first window (``ReadOptions.header_window_bytes``),
+then, while the header is longer, reads that end where the parser estimates the header ends
+(from the sizes of the vocabulary entries and tensor infos seen so far) plus a quarter of the
+remaining estimate as margin, and at least half again what is held (see
+:func:`~remotetensors.formats.gguf.next_read_end`). A 10 MB tokenizer header takes 3 requests
+in all; tensor data is read only by the margin of the last request.
+
+Tensors: F32, F16, BF16, F64 and I8..I64 come back in their own dtype; quantized types (Q4_K,
+Q8_0, ...) as float32, dequantized by llama.cpp's ``gguf`` package (an optional dependency:
+``pip install 'remotetensors[gguf]'``). ``get_tensor_bytes`` returns the raw blocks of any type.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ..dtypes import DTYPES
+from ..errors import MissingDependencyError, SliceError, UnsupportedDtypeError
+from ..formats.gguf import GGML_TYPES_BY_NAME, HeaderParser, NeedMore, next_read_end
+from ..index import FileIndex
+from ..ranges import ByteRange
+from .fetch import Target
+from .file import AsyncTensorFile
+from .frameworks import convert
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    import numpy.typing as npt
+
+    from ..index import TensorInfo
+    from ..sources.base import ByteSource, Prefix
+
+
+async def read_gguf_index(source: ByteSource, prefix: Prefix) -> tuple[FileIndex, bytes]:
+    """Read the rest of a GGUF header after its first window.
+
+    Returns:
+        The index, and every byte of the file fetched so far (bytes ``[0, k)``).
+
+    Raises:
+        HeaderError: malformed, truncated or over a limit of :class:`GGUFLimits`.
+    """
+    parser = HeaderParser(file_size=prefix.size, location=source.location)
+    parser.feed(prefix.data)
+    step = parser.advance()
+    while isinstance(step, NeedMore):
+        have = parser.buffered
+        parser.feed(await source.read(have, next_read_end(step, have, prefix.size)))
+        step = parser.advance()
+    return step.to_index(file_size=prefix.size), parser.data
+
+
+def is_quantized(dtype_name: str) -> bool:
+    """Whether a dtype name is a GGML block type with no numpy equivalent (Q4_K, ...)."""
+    return dtype_name not in DTYPES and dtype_name in GGML_TYPES_BY_NAME
+
+
+def dequantize(raw: npt.NDArray[np.uint8], dtype_name: str, shape: tuple[int, ...]) -> Any:
+    """Blocks of a quantized type -> a float32 array of ``shape``, by the ``gguf`` package.
+
+    Raises:
+        MissingDependencyError: the ``gguf`` package is not installed.
+        UnsupportedDtypeError: the installed ``gguf`` package has no dequantizer for the type.
+    """
+    try:
+        from gguf import GGMLQuantizationType
+        from gguf.quants import dequantize as gguf_dequantize
+    except ImportError:
+        raise MissingDependencyError(
+            f"dequantizing {dtype_name} needs llama.cpp's gguf package: "
+            "pip install 'remotetensors[gguf]' (get_tensor_bytes returns the raw blocks without it)"
+        ) from None
+    ggml = GGML_TYPES_BY_NAME[dtype_name]
+    try:
+        qtype = GGMLQuantizationType(ggml.id)
+    except ValueError:
+        raise UnsupportedDtypeError(
+            f"the installed gguf package does not know GGML type {dtype_name}"
+        ) from None
+    row_elements = shape[-1] if shape else 1
+    byte_shape = (*shape[:-1], row_elements // ggml.block_size * ggml.type_size)
+    try:
+        values = gguf_dequantize(raw.reshape(byte_shape), qtype)
+    except NotImplementedError:
+        raise UnsupportedDtypeError(
+            f"the gguf package cannot dequantize {dtype_name}; use get_tensor_bytes for its blocks"
+        ) from None
+    return np.ascontiguousarray(values, dtype=np.float32).reshape(shape)
+
+
+class AsyncGGUFFile(AsyncTensorFile):
+    """An open GGUF file: plain types read like safetensors, quantized ones dequantized.
+
+    Slices of quantized tensors: the rows (first numpy axis) they select are fetched whole (a row
+    is whole blocks), dequantized, and the other axes are cut in memory, with numpy's indexing
+    rules; a 1-D quantized tensor fetches the blocks spanning the selection.
+    """
+
+    async def get_tensors(self, names: Iterable[str] | None = None) -> dict[str, Any]:
+        wanted = list(self.offset_keys() if names is None else dict.fromkeys(names))
+        infos = [self.info(name) for name in wanted]
+        raws = [np.empty(info.nbytes, dtype=np.uint8) for info in infos]
+        await self._fetch(
+            [
+                Target(ByteRange(info.start, info.end), raw.data)
+                for info, raw in zip(infos, raws, strict=True)
+            ]
+        )
+        return {
+            info.name: self._decoded(info, raw, info.shape)
+            for info, raw in zip(infos, raws, strict=True)
+        }
+
+    def _decoded(self, info: TensorInfo, raw: npt.NDArray[np.uint8], shape: tuple[int, ...]) -> Any:
+        if is_quantized(info.dtype):
+            return convert(dequantize(raw, info.dtype, shape), "F32", self._framework)
+        return convert(
+            raw.view(DTYPES[info.dtype].numpy).reshape(shape), info.dtype, self._framework
+        )
+
+    async def _read_slice(self, info: TensorInfo, index: Any) -> Any:
+        if not is_quantized(info.dtype):
+            return await super()._read_slice(info, index)
+        self._check_open()
+        key = index if isinstance(index, tuple) else (index,)
+        values, key = await self._rows_for(info, key)
+        try:
+            result = values[key]
+        except IndexError as exc:
+            raise SliceError(f"{exc} (tensor {info.name}, shape {list(info.shape)})") from None
+        return convert(np.ascontiguousarray(result), "F32", self._framework)
+
+    async def _rows_for(
+        self, info: TensorInfo, key: tuple[Any, ...]
+    ) -> tuple[npt.NDArray[np.float32], tuple[Any, ...]]:
+        """Fetch and dequantize the rows ``key`` selects; returns them and ``key`` remapped to
+        index into them."""
+        ggml = GGML_TYPES_BY_NAME[info.dtype]
+        if not info.shape or not key or key[0] is Ellipsis:
+            raw = await self.get_tensor_bytes(info.name)
+            return dequantize(raw, info.dtype, info.shape), key
+        try:
+            rows = np.arange(info.shape[0])[key[0]]
+        except IndexError as exc:
+            raise SliceError(f"{exc} (tensor {info.name}, shape {list(info.shape)})") from None
+        picked = np.atleast_1d(rows)
+        if picked.size == 0:
+            return np.empty((0, *info.shape[1:]), np.float32), (slice(None), *key[1:])
+        if len(info.shape) == 1:
+            # Elements of a 1-D tensor share blocks: fetch the blocks spanning the selection.
+            first = int(picked.min()) // ggml.block_size
+            count = int(picked.max()) // ggml.block_size - first + 1
+            start = info.start + first * ggml.type_size
+            raw = np.empty(count * ggml.type_size, dtype=np.uint8)
+            await self._fetch([Target(ByteRange(start, start + raw.size), raw.data)])
+            values = dequantize(raw, info.dtype, (count * ggml.block_size,))
+            return values, (rows - first * ggml.block_size, *key[1:])
+        row_bytes = ggml.nbytes(math.prod(info.shape[1:]))
+        unique = np.unique(picked)
+        runs = _runs(unique)
+        raws = [np.empty((stop - begin) * row_bytes, dtype=np.uint8) for begin, stop in runs]
+        await self._fetch(
+            [
+                Target(
+                    ByteRange(info.start + begin * row_bytes, info.start + stop * row_bytes),
+                    raw.data,
+                )
+                for (begin, stop), raw in zip(runs, raws, strict=True)
+            ]
+        )
+        values = np.concatenate(
+            [
+                dequantize(raw, info.dtype, (stop - begin, *info.shape[1:]))
+                for (begin, stop), raw in zip(runs, raws, strict=True)
+            ]
+        )
+        return values, (np.searchsorted(unique, rows), *key[1:])
+
+
+def _runs(sorted_rows: npt.NDArray[Any]) -> list[tuple[int, int]]:
+    """Sorted distinct row numbers -> ``[begin, stop)`` runs of consecutive rows."""
+    breaks = np.flatnonzero(np.diff(sorted_rows) != 1) + 1
+    return [(int(part[0]), int(part[-1]) + 1) for part in np.split(sorted_rows, breaks)]

@@ -1,0 +1,215 @@
+"""A sharded hub model's header phase in one request: the hub's safetensors-metadata endpoint.
+
+For ``hf://`` model repos on ``main`` (or a commit that the endpoint says is main's), discovery
+asks ``/api/models/{repo}/safetensors-metadata/model.safetensors.index.json`` in the same round
+as ``model.safetensors`` and the configs (see :mod:`.model`). The answer holds every shard's
+header; each is validated like a header read from a file, and the shards are opened lazily: the
+first data read from a shard fetches its first 8 bytes (the header length N, the file size and
+version) and checks them against the header before any tensor byte is trusted
+(:class:`LazyTensorFile`).
+
+Until an endpoint is known to have the route, the index file is read in the same round as well
+(its weight map then routes the tensors and names the unmapped ones); once it is known, the
+endpoint's answer alone is the header phase. Any failure falls back to range reads; a debug log
+line says which path was taken.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from typing import TYPE_CHECKING, Any
+
+from ..errors import FileClosedError, HeaderError, HeaderErrorKind
+from ..formats.hub_metadata import ShardedMetadata, parse_sharded_metadata
+from ..formats.safetensors import PREFIX_BYTES, header_length, rebase
+from ..index import FileIndex, ModelIndex, Row, TensorInfo, TensorTable, placed
+from ..options import DEFAULT_CHUNK_BYTES
+from ..sources.hubapi import MetadataAnswer, endpoint_support, fetch_sharded_metadata
+from .file import AsyncTensorFile, AsyncTensorSlice
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable
+
+    from ..formats.index_json import ShardIndex
+    from ..options import ReadOptions
+    from ..sources.base import ByteSource
+    from ..sources.resolve import Place
+
+log = logging.getLogger(__name__)
+
+_COMMIT = re.compile(r"^[0-9a-f]{40}$")
+
+
+def plan(place: Place) -> str | None:
+    """Whether to ask the endpoint: ``"alone"`` (it is known to exist: skip the index file),
+    ``"with_index"`` (not known yet: read the index in the same round too), or None (not a hub
+    model repo on main or on a commit)."""
+    if place.kind != "hub" or place.hub is None or place.hub_path is None:
+        return None
+    if place.hub_path.repo_type != "models":
+        return None
+    revision = place.hub_path.revision
+    if revision not in (None, "main") and not _COMMIT.match(revision or ""):
+        return None
+    support = endpoint_support(place.hub.endpoint)
+    if support is False:
+        return None
+    return "alone" if support else "with_index"
+
+
+async def ask(place: Place, index_name: str) -> MetadataAnswer:
+    """Ask the endpoint for the model whose index is ``index_name`` in ``place``."""
+    assert place.hub is not None
+    assert place.hub_path is not None
+    return await fetch_sharded_metadata(place.hub, place.hub_path.child(index_name).path)
+
+
+def accept(place: Place, answer: MetadataAnswer, location: str) -> ShardedMetadata | None:
+    """The validated answer when it describes the revision asked for; else None (logged).
+
+    Raises:
+        HeaderError: the answer came for the right revision but a header is malformed.
+    """
+    assert place.hub is not None
+    assert place.hub_path is not None
+    if answer.body is None:
+        log.debug("%s: metadata endpoint unusable (%s); range reads", location, answer.reason)
+        return None
+    repo = place.hub
+    asked = place.hub_path.revision
+    if asked not in (None, "main") and answer.commit != asked:
+        log.debug(
+            "%s: revision %s is not main's commit %s; range reads", location, asked, answer.commit
+        )
+        return None
+    if repo.pinned and answer.commit and answer.commit != repo.revision:
+        log.debug("%s: main moved during discovery; range reads", location)
+        return None
+    metadata = parse_sharded_metadata(answer.body, location=location)
+    repo.pin(answer.commit)
+    log.debug("%s: header phase from the one-call metadata endpoint", location)
+    return metadata
+
+
+def build(
+    location: str,
+    place: Place,
+    metadata: ShardedMetadata,
+    shard_index: ShardIndex | None,
+    index_name: str,
+    options: ReadOptions,
+    framework: str,
+) -> tuple[dict[str, LazyTensorFile], ModelIndex]:
+    """Lazy shard files and the joined index from the endpoint's headers (routed by the
+    weight map when the index was read too, else by the headers themselves).
+
+    Raises:
+        HeaderError: the weight map names a shard or tensor that the headers do not hold.
+    """
+    headers = metadata.headers
+    rows: dict[str, Row] = {}
+    if shard_index is not None:
+        for tensor, file in shard_index.weight_map.items():
+            row = headers[file].tensors.rows().get(tensor) if file in headers else None
+            if row is None:
+                raise HeaderError(
+                    HeaderErrorKind.INVALID_TENSOR_INFO,
+                    f"the weight map puts tensor `{tensor}` in {file}, but the hub's metadata "
+                    "for that file has no such tensor",
+                    location=place.location(index_name),
+                )
+            rows[tensor] = placed(row, file)
+        owner = shard_index.weight_map
+    else:
+        for file, index in headers.items():
+            for name, row in index.tensors.rows().items():
+                rows.setdefault(name, placed(row, file))
+        owner = {name: row[4] or "" for name, row in rows.items()}
+    unmapped = tuple(
+        sorted(
+            name
+            for file, index in headers.items()
+            for name in index.tensors
+            if owner.get(name) != file
+        )
+    )
+    files = {
+        file: LazyTensorFile(place.open(file), index, options=options, framework=framework)
+        for file, index in headers.items()
+    }
+    model_metadata: dict[str, Any] | None = (
+        shard_index.metadata if shard_index is not None else metadata.metadata
+    )
+    return files, ModelIndex(dict(headers), TensorTable(rows), model_metadata, unmapped)
+
+
+class LazyTensorFile(AsyncTensorFile):
+    """A shard known from the endpoint's header: opened on its first data read.
+
+    That read fetches the file's first 8 bytes (one request, which also pins the file's size and
+    version), moves the offsets to the real data start and checks that the header describes the
+    whole file; only then are tensor bytes read. Concurrent first reads share one opening.
+    """
+
+    def __init__(
+        self, source: ByteSource, provisional: FileIndex, *, options: ReadOptions, framework: str
+    ) -> None:
+        super().__init__(source, provisional, b"", options=options, framework=framework)
+        self._opening: asyncio.Future[None] | None = None
+        self.on_open: Callable[[FileIndex], None] | None = None
+        """Called with the real index once the file is opened (the model updates its own)."""
+
+    @property
+    def opened(self) -> bool:
+        """Whether the file's length prefix has been read and its offsets are final."""
+        return self._opening is not None and self._opening.done() and not self._opening.exception()
+
+    async def _ensure_open(self) -> None:
+        if self._opening is None or (self._opening.done() and self._opening.exception()):
+            self._opening = asyncio.ensure_future(self._open())
+        await asyncio.shield(self._opening)
+
+    async def _open(self) -> None:
+        prefix = await self._source.open_prefix(PREFIX_BYTES)
+        location = self._source.location
+        n = header_length(prefix.data, file_size=prefix.size, location=location)
+        self._set_index(
+            rebase(self._index, header_length=n, file_size=prefix.size, location=location)
+        )
+        self._prefix = prefix.data
+        if self.on_open is not None:
+            self.on_open(self._index)
+
+    async def get_tensors(self, names: Iterable[str] | None = None) -> dict[str, Any]:
+        self._check_open()
+        await self._ensure_open()
+        return await super().get_tensors(names)
+
+    async def get_tensor_bytes(self, name: str) -> Any:
+        self._check_open()
+        await self._ensure_open()
+        return await super().get_tensor_bytes(name)
+
+    async def _read_slice(self, info: TensorInfo, index: Any) -> Any:
+        self._check_open()
+        await self._ensure_open()
+        return await super()._read_slice(self._index.tensors[info.name], index)
+
+    def get_slice(self, name: str) -> AsyncTensorSlice:
+        return AsyncTensorSlice(self, self.info(name))
+
+    def to_dask(self, name: str, *, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> Any:
+        if not self.opened:
+            raise FileClosedError(
+                f"{self.location}: the shard's offsets are not final yet; await "
+                "model.open_shards(names) before to_dask (the sync Model does it for you)"
+            )
+        return super().to_dask(name, chunk_bytes=chunk_bytes)
+
+    async def aclose(self) -> None:
+        if self._opening is not None and not self._opening.done():
+            self._opening.cancel()
+            await asyncio.gather(self._opening, return_exceptions=True)
+        await super().aclose()

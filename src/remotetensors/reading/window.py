@@ -1,0 +1,78 @@
+"""The header window: one request for a file's first bytes, one more only for a header longer
+than the window, then the sans-IO parser of the format they hold."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..formats import parse_any_header
+from ..formats.gguf import looks_like_gguf
+from ..formats.safetensors import PREFIX_BYTES, header_length
+from .gguf import read_gguf_index
+
+if TYPE_CHECKING:
+    from ..index import FileIndex
+    from ..options import ReadOptions
+    from ..sources.base import BlockingSource, ByteSource
+
+__all__ = ["WHOLE_FILE_BYTES", "read_index", "read_index_now"]
+
+
+async def read_index(source: ByteSource, options: ReadOptions) -> tuple[FileIndex, bytes]:
+    """Read and validate a file's header: one request, two when it is longer than the window.
+
+    The format (safetensors or bintensors) is told by the header's first byte; GGUF by its
+    magic, and its header may take a few more requests (see :mod:`.gguf`).
+
+    Returns:
+        The index, and the bytes of the file already fetched (bytes ``[0, k)``), which later
+        reads reuse.
+
+    Raises:
+        HeaderError: the header is malformed (naming the location).
+        and whatever the source raises.
+    """
+    prefix = await source.open_prefix(options.header_window_bytes)
+    data = prefix.data
+    if looks_like_gguf(data):
+        return await read_gguf_index(source, prefix)
+    n = header_length(data, file_size=prefix.size, location=source.location)
+    needed = PREFIX_BYTES + n
+    if len(data) < needed:
+        # Only the missing tail of the header, not the whole header again.
+        data += await source.read(len(data), needed)
+    header = data[PREFIX_BYTES:needed]
+    index = parse_any_header(header, file_size=prefix.size, location=source.location)
+    return index, data
+
+
+WHOLE_FILE_BYTES = 4 * 1024 * 1024
+"""A local file up to this size (bytes) is read whole when the sync API opens it (one more
+``pread``, under a millisecond from the page cache): code that then reads its tensors one call at
+a time makes no system call per tensor, and every tensor comes from the version of the file
+whose header was read."""
+
+
+def read_index_now(
+    source: BlockingSource, options: ReadOptions
+) -> tuple[FileIndex, bytes | bytearray] | None:
+    """:func:`read_index` in the calling thread, for a source with a blocking twin; None for
+    a GGUF file, whose header is read in growing windows by the async path."""
+    prefix = source.open_prefix_now(options.header_window_bytes)
+    if looks_like_gguf(prefix.data):
+        return None
+    n = header_length(prefix.data, file_size=prefix.size, location=source.location)
+    needed = PREFIX_BYTES + n
+    # A small file is read whole (see WHOLE_FILE_BYTES); of a bigger one, the header.
+    wanted = prefix.size if prefix.size <= WHOLE_FILE_BYTES else needed
+    data: bytes | bytearray = prefix.data
+    if len(data) < wanted:
+        # One buffer for the whole, read into in place: no copy of the rest, no second
+        # allocation (fresh memory costs a page fault per 4 KiB).
+        whole = bytearray(wanted)
+        whole[: len(data)] = data
+        source.read_into_now(len(data), memoryview(whole)[len(data) :])
+        data = whole
+    header = bytes(memoryview(data)[PREFIX_BYTES:needed])
+    index = parse_any_header(header, file_size=prefix.size, location=source.location)
+    return index, data

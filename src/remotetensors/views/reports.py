@@ -1,0 +1,166 @@
+"""What ``remotetensors params`` and ``remotetensors memory`` print: data first, text from it.
+
+Each report is a JSON-ready dict built from an open model; the text form is a few lines and a
+table of rows, which the command line prints with rich or as plain columns.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ..index import bits_per_weight
+from .display import human_bytes, human_count
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from ..models.sync import Model
+    from ..quantization import ParameterCount
+
+
+def quantization_words(quantization: Mapping[str, Any] | None) -> str:
+    """``"gptq, 4-bit, group size 128"`` from :meth:`Quantization.as_dict`; ``"not
+    quantized"`` for None."""
+    if quantization is None:
+        return "not quantized"
+    method = str(quantization["method"])
+    words = [method]
+    fmt = quantization.get("format")
+    if fmt and str(fmt) not in method:
+        words.append(str(fmt))
+    if quantization.get("bits"):
+        words.append(f"{quantization['bits']}-bit")
+    if quantization.get("group_size"):
+        words.append(f"group size {quantization['group_size']}")
+    if quantization.get("expert_dtype"):
+        words.append(f"routed experts in {quantization['expert_dtype']}")
+    return ", ".join(words)
+
+
+def declared_words(total: int, declared: int | None) -> str | None:
+    """The declared total beside ours, and by how much they differ; None when none declared."""
+    if declared is None:
+        return None
+    difference = total - declared
+    return f"declared: {declared:,} (metadata total_parameters)" + (
+        f"; ours differs by {difference:+,}" if difference else ""
+    )
+
+
+def true_count_lines(count: ParameterCount) -> list[str]:
+    """The true count, how the checkpoint is quantized and the declared total, as text lines
+    (for the notebook view)."""
+    bound = "" if count.exact else "at most "
+    lines = [f"true count: {bound}{human_count(count.total)} parameters ({count.total:,})"]
+    if count.quantization is not None:
+        lines.append(
+            f"quantized: {quantization_words(count.quantization.as_dict())}; "
+            f"{len(count.unpacked)} packed tensor(s) unpacked, {len(count.auxiliary)} "
+            "bookkeeping tensor(s) left out"
+        )
+    declared = declared_words(count.total, count.declared_total)
+    if declared is not None:
+        lines.append(declared)
+    return lines
+
+
+def params_report(model: Model) -> dict[str, Any]:
+    """``params --json``: the true total first, the quantization, then counts as stored.
+
+    Keys: ``parameters`` (true total), ``exact``, ``quantization`` (null or an object with
+    ``method``, ``bits``, ``group_size``, …), ``declared_parameters``, ``stored_parameters``,
+    ``parameters_by_dtype`` (true counts by stored dtype), ``unpacked_tensors``,
+    ``auxiliary_tensors``; and, as before, ``total`` and ``by_dtype`` (elements as stored, the
+    hub's count), ``bytes``, ``files`` and ``bits_per_weight`` (bits of storage per stored
+    element, per dtype); ``bits_per_parameter`` is the data's bits per true parameter.
+    """
+    count = model.true_count
+    stored = model.parameter_count()
+    return {
+        "parameters": count.total,
+        "exact": count.exact,
+        "quantization": count.quantization.as_dict() if count.quantization else None,
+        "declared_parameters": count.declared_total,
+        "stored_parameters": count.stored_total,
+        "parameters_by_dtype": count.by_dtype(model.tensors),
+        "unpacked_tensors": len(count.unpacked),
+        "auxiliary_tensors": len(count.auxiliary),
+        "total": count.stored_total,
+        "by_dtype": stored,
+        "bytes": model.nbytes,
+        "files": len(model.files),
+        "bits_per_weight": bits_per_weight(model.tensors.values()),
+        "bits_per_parameter": model.nbytes * 8 / count.total if count.total else None,
+    }
+
+
+def params_text(report: dict[str, Any]) -> tuple[list[str], list[str], list[list[str]]]:
+    """(lines, table headers, table rows) for the human form of :func:`params_report`."""
+    total = report["parameters"]
+    bound = "" if report["exact"] else " at most"
+    first = (
+        f"{human_count(total)} parameters{bound} ({total:,}), "
+        f"{human_bytes(report['bytes'])} in {report['files']} file(s)"
+    )
+    if report["quantization"] is not None and report["bits_per_parameter"]:
+        first += f", {report['bits_per_parameter']:.2f} bits per parameter"
+    lines = [first]
+    quantization = report["quantization"]
+    if quantization is not None:
+        lines.append(
+            f"quantized: {quantization_words(quantization)}; {report['unpacked_tensors']} "
+            f"packed tensor(s) unpacked, {report['auxiliary_tensors']} bookkeeping tensor(s) "
+            "left out"
+        )
+    declared = declared_words(total, report["declared_parameters"])
+    if declared is not None:
+        lines.append(declared)
+    stored = report["stored_parameters"]
+    if quantization is not None or stored != total:
+        lines.append(f"stored: {human_count(stored)} elements ({stored:,}) by dtype:")
+    bits = report["bits_per_weight"]
+    rows = [
+        [dtype, f"{n:,}", human_count(n), f"{bits[dtype]:.2f}" if dtype in bits else ""]
+        for dtype, n in report["by_dtype"].items()
+    ]
+    return lines, ["dtype", "parameters", "human", "bits/weight"], rows
+
+
+def memory_report(
+    model: Model, *, context: int | None, batch: int, kv_dtype: str | None
+) -> dict[str, Any]:
+    """``memory --json``: :meth:`MemoryEstimate.as_dict` with the location and the true count.
+
+    Raises:
+        ValueError: a bad context, batch or KV dtype.
+    """
+    estimate = model.memory(context, batch=batch, kv_dtype=kv_dtype)
+    return {
+        "location": model.location,
+        "parameters": model.num_parameters,
+        "quantization": model.quantization.as_dict() if model.quantization else None,
+        **estimate.as_dict(),
+    }
+
+
+def memory_text(report: dict[str, Any]) -> list[str]:
+    """The human form of :func:`memory_report`."""
+    how = quantization_words(report["quantization"])
+    lines = [
+        f"{report['location']}: {human_count(report['parameters'])} parameters ({how})",
+        f"  weights   {human_bytes(report['weights_bytes']):>10}  as stored",
+    ]
+    kv = report["kv_cache_bytes"]
+    if kv is None:
+        lines.append(f"  KV cache  {'unknown':>10}  {report['kv_cache_unknown']}")
+    else:
+        layers = f"{report['full_layers']} full-context layer(s)"
+        if report["window_layers"]:
+            layers += f", {report['window_layers']} capped at {report['window_tokens']:,} tokens"
+        lines.append(
+            f"  KV cache  {human_bytes(kv):>10}  {report['context']:,} tokens x "
+            f"{report['batch']} sequence(s), {report['kv_dtype']}, {report['attention']}, "
+            f"{human_bytes(report['kv_bytes_per_token'])} per token; {layers}"
+        )
+    lines.append(f"  total     {human_bytes(report['total_bytes']):>10}")
+    return lines
