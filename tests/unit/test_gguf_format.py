@@ -21,12 +21,10 @@ from remotetensors.formats.gguf import (
     GGUFLimits,
     HeaderParser,
     NeedMore,
-    describe,
-    gguf_models,
     next_read_end,
     parse_header,
-    split_names,
 )
+from remotetensors.formats.gguf_files import describe, gguf_models, split_names
 from tests.gguf_files import gguf, reference_view, vocabulary, write_gguf
 
 K = HeaderErrorKind

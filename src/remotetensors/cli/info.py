@@ -18,7 +18,7 @@ def add_arguments(sub: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..formats.gguf import describe_lines
+    from ..views.display import describe_lines
 
     with opened(args) as model:
         files: dict[str, dict[str, Any]] = {

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..errors import AmbiguousModelError, HeaderError, HeaderErrorKind, NotFoundError
-from ..formats.gguf import gguf_models
+from ..formats.gguf_files import gguf_models
 from ..index import ModelIndex, Row, TensorTable, placed
 from ..reading.fetch import gather_or_cancel
 from ..reading.opening import open_tensor_file

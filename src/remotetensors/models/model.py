@@ -29,7 +29,7 @@ from ..errors import (
     TensorNotFoundError,
     did_you_mean,
 )
-from ..formats.gguf import split_names
+from ..formats.gguf_files import split_names
 from ..formats.index_json import ShardIndex, parse_index
 from ..index import FileIndex, ModelIndex, Row, TensorInfo, TensorTable, placed
 from ..options import DEFAULT_CHUNK_BYTES, ReadOptions

@@ -49,7 +49,7 @@ def shown_metadata(
     if metadata is None:
         return None
     if file_format == "gguf":
-        from ..formats.gguf import describe
+        from ..formats.gguf_files import describe
 
         return describe(metadata, tensors)
     return dict(metadata)
@@ -357,3 +357,18 @@ def _items_text(items: Sequence[Leaf | Section], prefix: str, indent: str) -> li
         lines += _items_text(item.items, _first_block(label, item), indent + "    ")
     flush()
     return lines
+
+
+def describe_lines(summary: Mapping[str, Any], parameters: int, nbytes: int) -> str:
+    """The human lines of ``info`` for a GGUF model's summary (see :func:`describe`)."""
+    bits = nbytes * 8 / parameters if parameters else 0.0
+    tokenizer = summary.get("tokenizer") or "?"
+    return "\n".join(
+        [
+            f"  architecture: {summary.get('architecture')}",
+            f"  context:      {summary.get('context_length')}",
+            f"  quantization: {summary.get('quantization')} ({bits:.2f} bits/weight)",
+            f"  tokenizer:    {tokenizer}, {summary.get('tokenizer_size', 0):,} tokens",
+            f"  metadata:     {len(summary.get('metadata', {}))} keys (--json shows them)",
+        ]
+    )
