@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-grimp = pytest.importorskip("grimp", reason="grimp is in the dev extra")
+grimp = pytest.importorskip("grimp", reason="grimp is in the test extra")
 
 PACKAGE = "remotetensors"
 SOURCE = Path(__file__).resolve().parents[2] / "src" / PACKAGE
