@@ -24,7 +24,7 @@ COMMANDS = {
     "import remotetensors": [sys.executable, "-c", "import remotetensors"],
     "remotetensors --help": [
         shutil.which("remotetensors") or sys.executable,
-        *([] if shutil.which("remotetensors") else ["-m", "remotetensors.cli"]),
+        *([] if shutil.which("remotetensors") else ["-m", "remotetensors"]),
         "--help",
     ],
     # What a first real use adds: the package and the code that opens a model.

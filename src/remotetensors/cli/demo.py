@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import tempfile
 from collections.abc import Callable
-from pathlib import Path
 
 from ..views.display import human_bytes
 
@@ -20,6 +18,10 @@ def add_arguments(sub: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace, *, main: Callable[[list[str]], int]) -> int:
     """Run the demo; ``main`` runs one command line (the app's own, passed in by it)."""
+    # Imported here, not with the module: tempfile and pathlib cost every --help 4-5 ms.
+    import tempfile
+    from pathlib import Path
+
     from .sample import CountingServer, write_sample_checkpoint
 
     with tempfile.TemporaryDirectory() as folder:
