@@ -1,6 +1,5 @@
-"""``remotetensors tree LOCATION``: the model's modules, repeated blocks folded.
-
-A rich tree on a terminal, the plain-text view when piped, JSON with ``--json``.
+"""How ``remotetensors tree`` draws an open model: a rich tree on a terminal, the plain-text view
+when piped, JSON with ``--json`` (the command itself is :mod:`.tree`).
 """
 
 from __future__ import annotations
