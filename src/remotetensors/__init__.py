@@ -8,6 +8,7 @@ httpx, the event loop machinery and the model code until something is opened.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from . import hooks
@@ -94,63 +95,29 @@ def __dir__() -> list[str]:
     return sorted(__all__)
 
 
-# The hooks through which values reach the views and integrations above them (see hooks.py).
-# Each imports its implementation on first call.
+# The hooks through which values reach the views and integrations above them (see hooks.py):
+# hook -> (module, name), imported on the hook's first call, as the lazy names above are.
+_HOOKS: dict[str, tuple[str, str]] = {
+    "tensor_card_html": (".views.explore", "tensor_card_html"),
+    "tensors_html": (".views.display", "html_view"),
+    "model_html": (".views.explore", "model_html"),
+    "model_text": (".views.explore", "model_text"),
+    "model_tree": (".views.explore", "model_tree"),
+    "tensor_view": (".views.explore", "TensorView"),
+    "tensor_to_dask": (".integrations.dask", "tensor_to_dask"),
+}
 
 
-def _tensor_card_html(*args: Any, **kwargs: Any) -> Any:
-    from .views.explore import tensor_card_html
+def _imported_on_call(module: str, name: str) -> Callable[..., Any]:
+    def call(*args: Any, **kwargs: Any) -> Any:
+        return getattr(importlib.import_module(module, __name__), name)(*args, **kwargs)
 
-    return tensor_card_html(*args, **kwargs)
-
-
-def _tensors_html(*args: Any, **kwargs: Any) -> Any:
-    from .views.display import html_view
-
-    return html_view(*args, **kwargs)
+    return call
 
 
-def _model_html(*args: Any, **kwargs: Any) -> Any:
-    from .views.explore import model_html
-
-    return model_html(*args, **kwargs)
-
-
-def _model_text(*args: Any, **kwargs: Any) -> Any:
-    from .views.explore import model_text
-
-    return model_text(*args, **kwargs)
-
-
-def _model_tree(*args: Any, **kwargs: Any) -> Any:
-    from .views.explore import model_tree
-
-    return model_tree(*args, **kwargs)
-
-
-def _tensor_view(*args: Any, **kwargs: Any) -> Any:
-    from .views.explore import TensorView
-
-    return TensorView(*args, **kwargs)
-
-
-def _tensor_to_dask(*args: Any, **kwargs: Any) -> Any:
-    from .integrations.dask import tensor_to_dask
-
-    return tensor_to_dask(*args, **kwargs)
-
-
-for _name, _implementation in {
-    "tensor_card_html": _tensor_card_html,
-    "tensors_html": _tensors_html,
-    "model_html": _model_html,
-    "model_text": _model_text,
-    "model_tree": _model_tree,
-    "tensor_view": _tensor_view,
-    "tensor_to_dask": _tensor_to_dask,
-}.items():
-    hooks.plug(_name, _implementation)
-del _name, _implementation
+for _hook, (_module, _name) in _HOOKS.items():
+    hooks.plug(_hook, _imported_on_call(_module, _name))
+del _hook, _module, _name
 
 
 __all__ = [
