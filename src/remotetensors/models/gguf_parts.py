@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import AmbiguousModelError, HeaderError, HeaderErrorKind, NotFoundError
 from ..formats.gguf_files import gguf_models
-from ..index import ModelIndex, Row, TensorTable, placed
+from ..index import ROW_FILE, ModelIndex, Row, TensorTable, placed
 from ..reading.fetch import gather_or_cancel
 from ..reading.opening import open_tensor_file
 
@@ -56,7 +56,7 @@ def join_parts(files: dict[str, AsyncTensorFile]) -> ModelIndex:
             if tensor in rows:
                 raise HeaderError(
                     HeaderErrorKind.DUPLICATE_NAME,
-                    f"tensor {tensor!r} is in both {rows[tensor][4]} and {name}",
+                    f"tensor {tensor!r} is in both {rows[tensor][ROW_FILE]} and {name}",
                     location=file.location,
                 )
             rows[tensor] = placed(row, name)

@@ -31,7 +31,7 @@ from ..errors import (
 )
 from ..formats.gguf_files import split_names
 from ..formats.index_json import ShardIndex, parse_index
-from ..index import FileIndex, ModelIndex, Row, TensorInfo, TensorTable, placed
+from ..index import ROW_FILE, FileIndex, ModelIndex, Row, TensorInfo, TensorTable, placed
 from ..options import DEFAULT_CHUNK_BYTES, ReadOptions
 from ..quantization import (
     LogicalTensor,
@@ -117,7 +117,7 @@ class AsyncModel:
         files = {**self.index.files, name: real}
         real_rows = real.tensors.rows()
         rows = {
-            n: (placed(real_rows[n], name) if row[4] == name else row)
+            n: (placed(real_rows[n], name) if row[ROW_FILE] == name else row)
             for n, row in self.index.tensors.rows().items()
         }
         self.index = ModelIndex(files, TensorTable(rows), self.index.metadata, self.index.unmapped)

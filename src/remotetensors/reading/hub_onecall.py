@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import FileClosedError, HeaderError, HeaderErrorKind
 from ..formats.hub_metadata import ShardedMetadata, parse_sharded_metadata
 from ..formats.safetensors import PREFIX_BYTES, header_length, rebase
-from ..index import FileIndex, ModelIndex, Row, TensorInfo, TensorTable, placed
+from ..index import ROW_FILE, FileIndex, ModelIndex, Row, TensorInfo, TensorTable, placed
 from ..options import DEFAULT_CHUNK_BYTES
 from ..sources.hubapi import MetadataAnswer, endpoint_support, fetch_sharded_metadata
 from .file import AsyncTensorFile, AsyncTensorSlice
@@ -126,7 +126,7 @@ def build(
         for file, index in headers.items():
             for name, row in index.tensors.rows().items():
                 rows.setdefault(name, placed(row, file))
-        owner = {name: row[4] or "" for name, row in rows.items()}
+        owner = {name: row[ROW_FILE] or "" for name, row in rows.items()}
     unmapped = tuple(
         sorted(
             name
