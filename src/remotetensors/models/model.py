@@ -508,13 +508,13 @@ async def _discover(
     endpoint (alone once the endpoint is known to have it: see :mod:`.hub_onecall`). When both
     the single file and the index exist, the single file is the model, as huggingface_hub and
     transformers decide."""
-    one_call = hub_onecall.plan(place)
+    call = hub_onecall.plan(place)
     single_task = asyncio.ensure_future(
         open_tensor_file(place.open(SINGLE_FILE), options=options, framework=framework)
     )
-    meta_task = asyncio.ensure_future(hub_onecall.ask(place, INDEX_FILE)) if one_call else None
+    meta_task = asyncio.ensure_future(hub_onecall.ask(call, INDEX_FILE)) if call else None
     index_task = (
-        None if one_call == "alone" else asyncio.ensure_future(_read_index(place, INDEX_FILE))
+        None if call and call.alone else asyncio.ensure_future(_read_index(place, INDEX_FILE))
     )
     tasks = [t for t in (single_task, meta_task, index_task) if t is not None]
     try:
@@ -531,8 +531,8 @@ async def _discover(
         return _single(location, SINGLE_FILE, single_task.result())
     index_error = index_task.exception() if index_task is not None else None
     shard_index = index_task.result() if index_task is not None and index_error is None else None
-    if meta_task is not None and (index_task is None or index_error is None):
-        metadata = hub_onecall.accept(place, meta_task.result(), location)
+    if call is not None and meta_task is not None and (index_task is None or index_error is None):
+        metadata = hub_onecall.accept(call, meta_task.result(), location)
         if metadata is not None:
             files, index = hub_onecall.build(
                 location, place, metadata, shard_index, INDEX_FILE, options, framework

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..errors import FileClosedError, HeaderError, HeaderErrorKind
@@ -27,6 +28,7 @@ from ..formats.safetensors import PREFIX_BYTES, header_length, rebase
 from ..index import ROW_FILE, FileIndex, ModelIndex, Row, TensorInfo, TensorTable, placed
 from ..options import DEFAULT_CHUNK_BYTES
 from ..sources.hubapi import MetadataAnswer, endpoint_support, fetch_sharded_metadata
+from ..sources.resolve import HubPlace
 from .file import AsyncTensorFile, AsyncTensorSlice
 
 if TYPE_CHECKING:
@@ -42,43 +44,52 @@ log = logging.getLogger(__name__)
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
 
 
-def plan(place: Place) -> str | None:
-    """Whether to ask the endpoint: ``"alone"`` (it is known to exist: skip the index file),
-    ``"with_index"`` (not known yet: read the index in the same round too), or None (not a hub
-    model repo on main or on a commit)."""
-    if place.kind != "hub" or place.hub is None or place.hub_path is None:
+@dataclass(frozen=True, slots=True)
+class OneCall:
+    """The endpoint is to be asked for the model at ``place``.
+
+    Attributes:
+        place: the hub repo, or the folder in it, that holds the model.
+        alone: the endpoint is known to have the route, so its answer alone is the header
+            phase (skip the index file); False while that is not known yet (read the index in
+            the same round too).
+    """
+
+    place: HubPlace
+    alone: bool
+
+
+def plan(place: Place) -> OneCall | None:
+    """Whether to ask the endpoint, and whether its answer alone will do (see
+    :class:`OneCall`); None when ``place`` is not a hub model repo on main or on a commit, or
+    its endpoint is known to lack the route."""
+    if not isinstance(place, HubPlace) or place.path.repo_type != "models":
         return None
-    if place.hub_path.repo_type != "models":
-        return None
-    revision = place.hub_path.revision
+    revision = place.path.revision
     if revision not in (None, "main") and not _COMMIT.match(revision or ""):
         return None
-    support = endpoint_support(place.hub.endpoint)
+    support = endpoint_support(place.repo.endpoint)
     if support is False:
         return None
-    return "alone" if support else "with_index"
+    return OneCall(place, alone=bool(support))
 
 
-async def ask(place: Place, index_name: str) -> MetadataAnswer:
-    """Ask the endpoint for the model whose index is ``index_name`` in ``place``."""
-    assert place.hub is not None
-    assert place.hub_path is not None
-    return await fetch_sharded_metadata(place.hub, place.hub_path.child(index_name).path)
+async def ask(call: OneCall, index_name: str) -> MetadataAnswer:
+    """Ask the endpoint for the model whose index is ``index_name`` in the call's place."""
+    return await fetch_sharded_metadata(call.place.repo, call.place.path.child(index_name).path)
 
 
-def accept(place: Place, answer: MetadataAnswer, location: str) -> ShardedMetadata | None:
+def accept(call: OneCall, answer: MetadataAnswer, location: str) -> ShardedMetadata | None:
     """The validated answer when it describes the revision asked for; else None (logged).
 
     Raises:
         HeaderError: the answer came for the right revision but a header is malformed.
     """
-    assert place.hub is not None
-    assert place.hub_path is not None
     if answer.body is None:
         log.debug("%s: metadata endpoint unusable (%s); range reads", location, answer.reason)
         return None
-    repo = place.hub
-    asked = place.hub_path.revision
+    repo = call.place.repo
+    asked = call.place.path.revision
     if asked not in (None, "main") and answer.commit != asked:
         log.debug(
             "%s: revision %s is not main's commit %s; range reads", location, asked, answer.commit
