@@ -1,12 +1,12 @@
 """A sharded hub model's header phase in one request: the hub's safetensors-metadata endpoint.
 
 For ``hf://`` model repos on ``main`` (or a commit that the endpoint says is main's), discovery
-asks ``/api/models/{repo}/safetensors-metadata/model.safetensors.index.json`` in the same round
-as ``model.safetensors`` and the configs (see :mod:`.model`). The answer holds every shard's
-header; each is validated like a header read from a file, and the shards are opened lazily: the
-first data read from a shard fetches its first 8 bytes (the header length N, the file size and
-version) and checks them against the header before any tensor byte is trusted
-(:class:`LazyTensorFile`).
+(:mod:`..models.discovery`) asks
+``/api/models/{repo}/safetensors-metadata/model.safetensors.index.json`` in the same round as
+``model.safetensors`` and the configs. The answer holds every shard's header; each is validated
+like a header read from a file, and the shards are opened lazily: the first data read from a
+shard fetches its first 8 bytes (the header length N, the file size and version) and checks
+them against the header before any tensor byte is trusted (:class:`LazyTensorFile`).
 
 Until an endpoint is known to have the route, the index file is read in the same round as well
 (its weight map then routes the tensors and names the unmapped ones); once it is known, the
