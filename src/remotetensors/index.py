@@ -11,7 +11,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from itertools import compress
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Final
 
 from . import hooks
 from .dtypes import DTYPES, DType, dtype
@@ -65,7 +65,23 @@ class TensorInfo:
 
 Row = tuple[str, tuple[int, ...], int, int, "str | None"]
 """One tensor as a plain tuple: ``(dtype, shape, start, end, file)``, the fields of
-:class:`TensorInfo` after its name."""
+:class:`TensorInfo` after its name. Read a field by its name below (``row[ROW_FILE]``) or by
+unpacking the whole row.
+
+A plain tuple, not a ``NamedTuple``: headers of 100k tensors build one row per tensor at C speed
+(``zip``), and a ``NamedTuple`` (or ``tuple.__new__(Row, ...)``) costs 7-15% more on the
+header-parsing benchmark (``benchmarks/header_parse.py``)."""
+
+ROW_DTYPE: Final = 0
+"""Position in a :data:`Row` of the dtype name (``"BF16"``)."""
+ROW_SHAPE: Final = 1
+"""Position in a :data:`Row` of the shape."""
+ROW_START: Final = 2
+"""Position in a :data:`Row` of the absolute offset of the first byte of data."""
+ROW_END: Final = 3
+"""Position in a :data:`Row` of the absolute offset one past the last byte."""
+ROW_FILE: Final = 4
+"""Position in a :data:`Row` of the file holding the tensor (of a model), or ``None``."""
 
 
 class TensorTable(Mapping[str, TensorInfo]):
@@ -202,10 +218,10 @@ def _table(rows: dict[str, Row], file: str | None, by_name: bool) -> TensorTable
     return TensorTable(rows, file=file, by_name=by_name)
 
 
-_dtype_of = operator.itemgetter(0)
-_shape_of = operator.itemgetter(1)
-_start_of = operator.itemgetter(2)
-_end_of = operator.itemgetter(3)
+_dtype_of = operator.itemgetter(ROW_DTYPE)
+_shape_of = operator.itemgetter(ROW_SHAPE)
+_start_of = operator.itemgetter(ROW_START)
+_end_of = operator.itemgetter(ROW_END)
 
 
 def placed(row: Row, file: str) -> Row:

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import remotetensors as rt
-from remotetensors.models.model import header_window_for
+from remotetensors.models.discovery import header_window_for
 from tests.hub_standin import TOKEN, HubStandIn
 from tests.reference import write_reference
 from tests.servers import FaultyServer

@@ -1,5 +1,5 @@
 """Discovery of GGUF models: which GGUF files a folder or repo holds, and split files
-(``name-00001-of-00003.gguf``) opened together as one model."""
+(``name-00001-of-00003.gguf``) joined into one model (:mod:`.discovery` opens them)."""
 
 from __future__ import annotations
 
@@ -7,36 +7,13 @@ from typing import TYPE_CHECKING
 
 from ..errors import AmbiguousModelError, HeaderError, HeaderErrorKind, NotFoundError
 from ..formats.gguf_files import gguf_models
-from ..index import ModelIndex, Row, TensorTable, placed
-from ..reading.fetch import gather_or_cancel
-from ..reading.opening import open_tensor_file
+from ..index import ROW_FILE, ModelIndex, Row, TensorTable, placed
 
 if TYPE_CHECKING:
-    from ..options import ReadOptions
     from ..reading.file import AsyncTensorFile
     from ..sources.resolve import Place
 
-__all__ = ["find_gguf", "join_parts", "open_parts"]
-
-
-async def open_parts(
-    place: Place, names: list[str], options: ReadOptions, framework: str
-) -> dict[str, AsyncTensorFile]:
-    """Open every part of a split GGUF concurrently (one header phase each)."""
-    opened: dict[str, AsyncTensorFile] = {}
-
-    async def one(name: str) -> None:
-        opened[name] = await open_tensor_file(
-            place.open(name), options=options, framework=framework
-        )
-
-    try:
-        await gather_or_cancel([one(name) for name in names])
-    except BaseException:
-        for file in opened.values():
-            await file.aclose()
-        raise
-    return {name: opened[name] for name in names}
+__all__ = ["find_gguf", "join_parts"]
 
 
 def join_parts(files: dict[str, AsyncTensorFile]) -> ModelIndex:
@@ -56,7 +33,7 @@ def join_parts(files: dict[str, AsyncTensorFile]) -> ModelIndex:
             if tensor in rows:
                 raise HeaderError(
                     HeaderErrorKind.DUPLICATE_NAME,
-                    f"tensor {tensor!r} is in both {rows[tensor][4]} and {name}",
+                    f"tensor {tensor!r} is in both {rows[tensor][ROW_FILE]} and {name}",
                     location=file.location,
                 )
             rows[tensor] = placed(row, name)

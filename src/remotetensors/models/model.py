@@ -1,37 +1,29 @@
 """Models: one file, or a sharded checkpoint (``model.safetensors.index.json``) anywhere.
 
-Discovery costs one round of requests: for a folder, prefix or repo, ``model.safetensors``,
-``model.safetensors.index.json``, ``config.json`` and ``quantization_config.json`` are asked for
-at the same time (a location naming a file asks for the configs beside it, also at once). A
-sharded model's shard headers then come in a second round, all concurrently, each shard's first
-window sized from what the index says it holds, so the header phase transfers about the headers'
-bytes and no more.
+:func:`load_model` owns what an open model holds (its client, unless the caller shares one, and
+every file discovery opens: see :mod:`.discovery`) through one
+:class:`~contextlib.AsyncExitStack`; it closes them all when opening fails, and otherwise hands
+the stack to the :class:`AsyncModel` it builds, which closes it in ``aclose``.
 """
 
 from __future__ import annotations
 
-import asyncio
 import fnmatch
 import functools
-import logging
 import os
 import warnings
+from contextlib import AsyncExitStack
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, overload
 
 from .. import hooks
 from ..errors import (
     FileClosedError,
-    HeaderError,
-    HeaderErrorKind,
-    NotFoundError,
     RemoteTensorsError,
     TensorNotFoundError,
     did_you_mean,
 )
-from ..formats.gguf_files import split_names
-from ..formats.index_json import ShardIndex, parse_index
-from ..index import FileIndex, ModelIndex, Row, TensorInfo, TensorTable, placed
+from ..index import ROW_FILE, FileIndex, ModelIndex, TensorInfo, TensorTable, placed
 from ..options import DEFAULT_CHUNK_BYTES, ReadOptions
 from ..quantization import (
     LogicalTensor,
@@ -42,19 +34,14 @@ from ..quantization import (
     stored_shape_tensors,
 )
 from ..quantization.memory import MemoryEstimate, estimate_memory
-from ..reading import hub_onecall
 from ..reading.fetch import gather_or_cancel
-from ..reading.file import AsyncTensorFile
 from ..reading.hub_onecall import LazyTensorFile
-from ..reading.opening import open_tensor_file
-from ..reading.progress import bar, wanted
 from ..redact import redact_url
 from ..sources.base import Traffic
 from ..sources.http import HttpOptions
-from ..sources.httpclient import Client
-from ..sources.resolve import Place, split_location
-from .configs import ConfigFiles, ConfigWarning, read_configs
-from .gguf_parts import find_gguf, join_parts, open_parts
+from ..sources.resolve import split_location
+from .configs import ConfigFiles, ConfigWarning
+from .discovery import close_files, discover
 from .opening import Opening
 
 if TYPE_CHECKING:
@@ -62,22 +49,8 @@ if TYPE_CHECKING:
 
     import dask.array as da
 
-log = logging.getLogger(__name__)
-
-SINGLE_FILE = "model.safetensors"
-INDEX_FILE = "model.safetensors.index.json"
-INDEX_WINDOW_BYTES = 1024 * 1024
-"""First request for an index file; longer ones cost one more request for the rest."""
-
-# Bytes a header spends on one tensor besides its name: the JSON entry with its dtype, shape and
-# offsets (about 70 for a 2-D tensor of a large model), rounded up so most shards fit one window.
-_HEADER_BYTES_PER_TENSOR = 100
-_HEADER_BYTES_FIXED = 8 + 256  # the length prefix, braces, __metadata__ and padding
-
-
-def header_window_for(names: Iterable[str]) -> int:
-    """First-request size for a shard holding tensors ``names``: its header, estimated."""
-    return _HEADER_BYTES_FIXED + sum(len(n.encode()) + _HEADER_BYTES_PER_TENSOR for n in names)
+    from ..reading.file import AsyncTensorFile
+    from ..sources.httpclient import Client
 
 
 class AsyncModel:
@@ -92,22 +65,36 @@ class AsyncModel:
         files: Mapping[str, AsyncTensorFile],
         index: ModelIndex,
         *,
-        client: Client | None = None,
         configs: ConfigFiles | None = None,
+        traffic: dict[str, Traffic] | None = None,
+        resources: AsyncExitStack | None = None,
     ) -> None:
+        """
+        Args:
+            location: where the model is (named in messages and views, its secrets redacted).
+            files: file name -> the open file, for every file of ``index``.
+            index: the files' headers, joined.
+            configs: ``config.json`` and ``quantization_config.json`` as found beside the
+                weights.
+            traffic: file name -> counters, shared with the place that opened the files; it
+                also holds what discovery cost (probes that found nothing, the index, configs).
+            resources: what ``aclose`` releases: the files and the client, as
+                :func:`load_model` opened them; by default the files.
+        """
         self.location = redact_url(location)  # named in messages and views: no secrets
         self._files = dict(files)
         self.index = index
-        self._client = client  # shared by the files' HTTP sources; closed with the model
         self._closed = False
         self.configs = configs or ConfigFiles()
         """``config.json`` and ``quantization_config.json`` as found beside the weights."""
         self._true_count: ParameterCount | None = None
         self._logical_shapes: dict[str, tuple[int, ...]] = {}
         self._shape_problems: tuple[str, ...] = ()
-        # file name -> counters, shared with the place that opened the files; it also holds
-        # what discovery cost (probes that found nothing, the index, configs).
-        self._traffic: dict[str, Traffic] = {}
+        self._traffic = traffic if traffic is not None else {}
+        if resources is None:
+            resources = AsyncExitStack()
+            resources.push_async_callback(close_files, self._files.values())
+        self._resources = resources
         for name, file in self._files.items():
             if isinstance(file, LazyTensorFile):
                 file.on_open = functools.partial(self._file_opened, name)
@@ -117,7 +104,7 @@ class AsyncModel:
         files = {**self.index.files, name: real}
         real_rows = real.tensors.rows()
         rows = {
-            n: (placed(real_rows[n], name) if row[4] == name else row)
+            n: (placed(real_rows[n], name) if row[ROW_FILE] == name else row)
             for n, row in self.index.tensors.rows().items()
         }
         self.index = ModelIndex(files, TensorTable(rows), self.index.metadata, self.index.unmapped)
@@ -130,10 +117,6 @@ class AsyncModel:
         await gather_or_cancel(
             [f._ensure_open() for f in lazy if isinstance(f, LazyTensorFile) and not f.opened]
         )
-
-    def _set_configs(self, configs: ConfigFiles) -> None:
-        self.configs = configs
-        self._true_count = None
 
     async def _read_logical_shapes(self) -> None:
         """Fetch the stored logical shapes of packed weights (compressed-tensors'
@@ -381,14 +364,7 @@ class AsyncModel:
     async def aclose(self) -> None:
         """Release every file's connections; later reads raise FileClosedError."""
         self._closed = True
-        files = list(self._files.values())
-        if len(files) == 1:  # the common case, without a task
-            await files[0].aclose()
-        else:
-            await asyncio.gather(*(f.aclose() for f in files))
-        if self._client is not None:
-            await self._client.aclose()
-            self._client = None
+        await self._resources.aclose()
 
     async def __aenter__(self) -> AsyncModel:
         return self
@@ -445,10 +421,11 @@ async def load_model(
             from its shard.
     """
     options = options or ReadOptions()
-    owned = client is None
+    text = os.fspath(location)
+    stack = AsyncExitStack()  # the client (unless shared) and every file opened, in one place
     if client is None:
         client = (http_options or HttpOptions()).new_client()
-    text = os.fspath(location)
+        stack.push_async_callback(client.aclose)
     try:
         place, name = split_location(
             text,
@@ -458,208 +435,22 @@ async def load_model(
             client=client,
             storage_options=storage_options,
         )
-        # Configs are read alongside the weights' headers (no extra round); a scan that
-        # does not want them makes no task for them.
-        configs_task = asyncio.ensure_future(read_configs(place)) if options.read_configs else None
-        try:
-            if name is not None and name.endswith(".json"):
-                shard_index = await _read_index(place, name)
-                model = await _open_sharded(text, place, shard_index, options, framework)
-            elif name is not None and (parts := split_names(name)) is not None:
-                model = await _open_gguf(text, place, parts, options, framework)
-            elif name is not None:
-                file = await open_tensor_file(
-                    place.open(name), options=options, framework=framework
-                )
-                model = _single(text, name, file)
-            else:
-                model = await _discover(text, place, options, framework)
-        except BaseException:
-            if configs_task is not None:
-                configs_task.cancel()
-                await asyncio.gather(configs_task, return_exceptions=True)
-            raise
-        model._traffic = place.traffic
-        try:
-            model._set_configs(ConfigFiles() if configs_task is None else await configs_task)
-            await model._read_logical_shapes()
-        except BaseException:
-            await model.aclose()
-            raise
+        found = await discover(text, place, name, stack, options=options, framework=framework)
+        model = AsyncModel(
+            text,
+            found.files,
+            found.index,
+            configs=found.configs,
+            traffic=place.traffic,
+            resources=stack,
+        )
+        await model._read_logical_shapes()
     except BaseException:
-        if owned:
-            await client.aclose()
+        await stack.aclose()
         raise
-    if owned:
-        model._client = client
     for problem in model.true_count.problems:
         warnings.warn(ConfigWarning(problem), stacklevel=2)
     return model
-
-
-def _single(location: str, name: str, file: AsyncTensorFile) -> AsyncModel:
-    return AsyncModel(location, {name: file}, ModelIndex.of_file(name, file.index))
-
-
-async def _discover(
-    location: str, place: Place, options: ReadOptions, framework: str
-) -> AsyncModel:
-    """One round: ``model.safetensors``, the index, and for hub repos the one-call metadata
-    endpoint (alone once the endpoint is known to have it: see :mod:`.hub_onecall`). When both
-    the single file and the index exist, the single file is the model, as huggingface_hub and
-    transformers decide."""
-    one_call = hub_onecall.plan(place)
-    single_task = asyncio.ensure_future(
-        open_tensor_file(place.open(SINGLE_FILE), options=options, framework=framework)
-    )
-    meta_task = asyncio.ensure_future(hub_onecall.ask(place, INDEX_FILE)) if one_call else None
-    index_task = (
-        None if one_call == "alone" else asyncio.ensure_future(_read_index(place, INDEX_FILE))
-    )
-    tasks = [t for t in (single_task, meta_task, index_task) if t is not None]
-    try:
-        await asyncio.gather(*tasks, return_exceptions=True)
-    except BaseException:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        if single_task.done() and not single_task.cancelled() and not single_task.exception():
-            await single_task.result().aclose()
-        raise
-    single_error = single_task.exception()
-    if single_error is None:
-        return _single(location, SINGLE_FILE, single_task.result())
-    index_error = index_task.exception() if index_task is not None else None
-    shard_index = index_task.result() if index_task is not None and index_error is None else None
-    if meta_task is not None and (index_task is None or index_error is None):
-        metadata = hub_onecall.accept(place, meta_task.result(), location)
-        if metadata is not None:
-            files, index = hub_onecall.build(
-                location, place, metadata, shard_index, INDEX_FILE, options, framework
-            )
-            return AsyncModel(location, files, index)
-        if index_task is None:
-            answer = meta_task.result()
-            if answer.status == 404:
-                index_error = NotFoundError(f"{place.location(INDEX_FILE)}: not found")
-            elif answer.status in (401, 403):
-                raise single_error
-            else:
-                try:  # the endpoint failed: read the index after all (one more round)
-                    shard_index = await _read_index(place, INDEX_FILE)
-                except RemoteTensorsError as exc:
-                    index_error = exc
-    if shard_index is not None:
-        log.debug("%s: header phase from range reads of the index and shards", location)
-        return await _open_sharded(location, place, shard_index, options, framework)
-    assert index_error is not None
-    for error in (single_error, index_error):
-        # The hub says when the repo or revision itself is missing: that, not the files.
-        if isinstance(error, NotFoundError) and error.code in ("RepoNotFound", "RevisionNotFound"):
-            raise error
-    if isinstance(single_error, NotFoundError) and isinstance(index_error, NotFoundError):
-        gguf_files = await find_gguf(location, place)
-        if gguf_files is not None:
-            return await _open_gguf(location, place, gguf_files, options, framework)
-        if single_error.code == "EntryNotFound":
-            raise NotFoundError(
-                f"{location}: the repo has no safetensors or GGUF weights where they are looked "
-                f"for: neither {place.location(SINGLE_FILE)} nor {place.location(INDEX_FILE)} "
-                "nor a .gguf file exists; name a subfolder, a file or an index explicitly"
-            )
-        raise NotFoundError(
-            f"{redact_url(location)}: no model here: neither "
-            f"{redact_url(place.location(SINGLE_FILE))} nor "
-            f"{redact_url(place.location(INDEX_FILE))} exists; name another file or index "
-            "explicitly"
-        )
-    raise single_error if not isinstance(single_error, NotFoundError) else index_error
-
-
-async def _open_gguf(
-    location: str, place: Place, names: list[str], options: ReadOptions, framework: str
-) -> AsyncModel:
-    """A GGUF model: one file, or the parts of a split one opened concurrently as shards."""
-    files = await open_parts(place, names, options, framework)
-    if len(files) == 1:
-        return _single(location, names[0], files[names[0]])
-    try:
-        index = join_parts(files)
-    except BaseException:
-        await asyncio.gather(*(f.aclose() for f in files.values()))
-        raise
-    return AsyncModel(location, files, index)
-
-
-async def _read_index(place: Place, name: str) -> ShardIndex:
-    """Fetch an index file (one request when it fits the window) and parse it."""
-    source = place.open(name)
-    try:
-        prefix = await source.open_prefix(INDEX_WINDOW_BYTES)
-        data = prefix.data
-        if prefix.size > len(data):
-            data += await source.read(len(data), prefix.size)
-    finally:
-        await source.aclose()
-    return parse_index(data, location=redact_url(place.location(name)))
-
-
-async def _open_sharded(
-    location: str,
-    place: Place,
-    shard_index: ShardIndex,
-    options: ReadOptions,
-    framework: str,
-) -> AsyncModel:
-    weight_map = shard_index.weight_map
-    by_file = shard_index.tensors_by_file()
-    opened: dict[str, AsyncTensorFile] = {}
-    shown = bar(
-        total=len(by_file),
-        unit="file",
-        description="shard headers",
-        enabled=wanted(options.progress),
-    )
-
-    async def open_shard(file: str, names: list[str]) -> None:
-        shard_options = replace(options, header_window_bytes=header_window_for(names))
-        opened[file] = await open_tensor_file(
-            place.open(file), options=shard_options, framework=framework
-        )
-        shown.update(1)
-
-    try:
-        await gather_or_cancel([open_shard(f, names) for f, names in by_file.items()])
-    except BaseException:
-        await asyncio.gather(*(f.aclose() for f in opened.values()))
-        raise
-    finally:
-        shown.close()
-    files = {file: opened[file] for file in by_file}
-    rows_by_file = {file: f.index.tensors.rows() for file, f in files.items()}
-    rows: dict[str, Row] = {}
-    for tensor, file in weight_map.items():
-        row = rows_by_file[file].get(tensor)
-        if row is None:
-            await asyncio.gather(*(f.aclose() for f in files.values()))
-            raise HeaderError(
-                HeaderErrorKind.INVALID_TENSOR_INFO,
-                f"the weight map puts tensor `{tensor}` in {file}, but that file has no such "
-                "tensor",
-                location=redact_url(place.location(INDEX_FILE)),
-            )
-        rows[tensor] = placed(row, file)
-    unmapped = tuple(
-        sorted(
-            name
-            for file, f in files.items()
-            for name in f.index.tensors
-            if weight_map.get(name) != file
-        )
-    )
-    file_indexes: dict[str, FileIndex] = {file: f.index for file, f in files.items()}
-    index = ModelIndex(file_indexes, TensorTable(rows), shard_index.metadata, unmapped)
-    return AsyncModel(location, files, index)
 
 
 def open_model_async(location: str | os.PathLike[str], **kwargs: Any) -> Opening[AsyncModel]:

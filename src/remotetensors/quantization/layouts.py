@@ -522,8 +522,8 @@ def count_parameters(
     counter.check()
     results = cast("dict[str, RawLogical]", counter.result)  # run() gave every tensor its role
     return ParameterCount(
-        total=sum(t[1] for t in results.values()),
-        exact=all(t[3] for t in results.values()),
+        total=sum(parameters for _, parameters, _, _, _ in results.values()),
+        exact=all(exact for _, _, _, exact, _ in results.values()),
         stored_total=sum(info.num_elements for info in tensors.values()),
         quantization=quantization,
         tensors=LogicalTensors(results),

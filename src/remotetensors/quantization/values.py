@@ -141,12 +141,16 @@ class ParameterCount:
     @property
     def unpacked(self) -> list[str]:
         """Names of tensors whose values were unpacked (several per stored element)."""
-        return [n for n, t in self.tensors.raw_items() if t[0] == WEIGHT and t[4]]
+        return [
+            n
+            for n, (role, _, _, _, packing) in self.tensors.raw_items()
+            if role == WEIGHT and packing
+        ]
 
     @property
     def auxiliary(self) -> list[str]:
         """Names of bookkeeping tensors left out of the count."""
-        return [n for n, t in self.tensors.raw_items() if t[0] == AUXILIARY]
+        return [n for n, (role, _, _, _, _) in self.tensors.raw_items() if role == AUXILIARY]
 
     def by_dtype(self, tensors: Mapping[str, TensorInfo]) -> dict[str, int]:
         """True parameters per stored dtype (bookkeeping left out), sorted by dtype."""

@@ -1,12 +1,12 @@
 """A sharded hub model's header phase in one request: the hub's safetensors-metadata endpoint.
 
 For ``hf://`` model repos on ``main`` (or a commit that the endpoint says is main's), discovery
-asks ``/api/models/{repo}/safetensors-metadata/model.safetensors.index.json`` in the same round
-as ``model.safetensors`` and the configs (see :mod:`.model`). The answer holds every shard's
-header; each is validated like a header read from a file, and the shards are opened lazily: the
-first data read from a shard fetches its first 8 bytes (the header length N, the file size and
-version) and checks them against the header before any tensor byte is trusted
-(:class:`LazyTensorFile`).
+(:mod:`..models.discovery`) asks
+``/api/models/{repo}/safetensors-metadata/model.safetensors.index.json`` in the same round as
+``model.safetensors`` and the configs. The answer holds every shard's header; each is validated
+like a header read from a file, and the shards are opened lazily: the first data read from a
+shard fetches its first 8 bytes (the header length N, the file size and version) and checks
+them against the header before any tensor byte is trusted (:class:`LazyTensorFile`).
 
 Until an endpoint is known to have the route, the index file is read in the same round as well
 (its weight map then routes the tensors and names the unmapped ones); once it is known, the
@@ -19,14 +19,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..errors import FileClosedError, HeaderError, HeaderErrorKind
 from ..formats.hub_metadata import ShardedMetadata, parse_sharded_metadata
 from ..formats.safetensors import PREFIX_BYTES, header_length, rebase
-from ..index import FileIndex, ModelIndex, Row, TensorInfo, TensorTable, placed
+from ..index import ROW_FILE, FileIndex, ModelIndex, Row, TensorInfo, TensorTable, placed
 from ..options import DEFAULT_CHUNK_BYTES
 from ..sources.hubapi import MetadataAnswer, endpoint_support, fetch_sharded_metadata
+from ..sources.resolve import HubPlace
 from .file import AsyncTensorFile, AsyncTensorSlice
 
 if TYPE_CHECKING:
@@ -42,43 +44,52 @@ log = logging.getLogger(__name__)
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
 
 
-def plan(place: Place) -> str | None:
-    """Whether to ask the endpoint: ``"alone"`` (it is known to exist: skip the index file),
-    ``"with_index"`` (not known yet: read the index in the same round too), or None (not a hub
-    model repo on main or on a commit)."""
-    if place.kind != "hub" or place.hub is None or place.hub_path is None:
+@dataclass(frozen=True, slots=True)
+class OneCall:
+    """The endpoint is to be asked for the model at ``place``.
+
+    Attributes:
+        place: the hub repo, or the folder in it, that holds the model.
+        alone: the endpoint is known to have the route, so its answer alone is the header
+            phase (skip the index file); False while that is not known yet (read the index in
+            the same round too).
+    """
+
+    place: HubPlace
+    alone: bool
+
+
+def plan(place: Place) -> OneCall | None:
+    """Whether to ask the endpoint, and whether its answer alone will do (see
+    :class:`OneCall`); None when ``place`` is not a hub model repo on main or on a commit, or
+    its endpoint is known to lack the route."""
+    if not isinstance(place, HubPlace) or place.path.repo_type != "models":
         return None
-    if place.hub_path.repo_type != "models":
-        return None
-    revision = place.hub_path.revision
+    revision = place.path.revision
     if revision not in (None, "main") and not _COMMIT.match(revision or ""):
         return None
-    support = endpoint_support(place.hub.endpoint)
+    support = endpoint_support(place.repo.endpoint)
     if support is False:
         return None
-    return "alone" if support else "with_index"
+    return OneCall(place, alone=bool(support))
 
 
-async def ask(place: Place, index_name: str) -> MetadataAnswer:
-    """Ask the endpoint for the model whose index is ``index_name`` in ``place``."""
-    assert place.hub is not None
-    assert place.hub_path is not None
-    return await fetch_sharded_metadata(place.hub, place.hub_path.child(index_name).path)
+async def ask(call: OneCall, index_name: str) -> MetadataAnswer:
+    """Ask the endpoint for the model whose index is ``index_name`` in the call's place."""
+    return await fetch_sharded_metadata(call.place.repo, call.place.path.child(index_name).path)
 
 
-def accept(place: Place, answer: MetadataAnswer, location: str) -> ShardedMetadata | None:
+def accept(call: OneCall, answer: MetadataAnswer, location: str) -> ShardedMetadata | None:
     """The validated answer when it describes the revision asked for; else None (logged).
 
     Raises:
         HeaderError: the answer came for the right revision but a header is malformed.
     """
-    assert place.hub is not None
-    assert place.hub_path is not None
     if answer.body is None:
         log.debug("%s: metadata endpoint unusable (%s); range reads", location, answer.reason)
         return None
-    repo = place.hub
-    asked = place.hub_path.revision
+    repo = call.place.repo
+    asked = call.place.path.revision
     if asked not in (None, "main") and answer.commit != asked:
         log.debug(
             "%s: revision %s is not main's commit %s; range reads", location, asked, answer.commit
@@ -126,7 +137,7 @@ def build(
         for file, index in headers.items():
             for name, row in index.tensors.rows().items():
                 rows.setdefault(name, placed(row, file))
-        owner = {name: row[4] or "" for name, row in rows.items()}
+        owner = {name: row[ROW_FILE] or "" for name, row in rows.items()}
     unmapped = tuple(
         sorted(
             name

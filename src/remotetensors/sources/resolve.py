@@ -1,14 +1,15 @@
 """From a location string to the sources that read it.
 
-A :class:`Place` is a folder-like location (a local folder, a URL prefix, an S3 prefix, a hub
-repo or a folder in it) that names and opens the files of a model. :func:`open_source` opens
-one file.
+A :class:`Place` is a folder-like location that names and opens the files of a model: one class
+per kind (a local folder, a URL prefix, an fsspec prefix such as S3's, a hub repo or a folder in
+it), each holding only what it needs. :func:`open_source` opens one file.
 """
 
 from __future__ import annotations
 
 import os
 import posixpath
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
@@ -28,50 +29,29 @@ FILE_SUFFIXES = (".safetensors", ".bt", ".json", ".gguf")
 """Locations ending in these name a file; any other names a folder, prefix or repo."""
 
 
-@dataclass
-class Place:
-    """Where a model's files are, and how to open them.
+class Place(ABC):
+    """Where a model's files are, and how to open them: a local folder (:class:`LocalPlace`), a
+    URL prefix (:class:`HttpPlace`), an fsspec prefix (:class:`FsspecPlace`) or a hub repo or a
+    folder in it (:class:`HubPlace`).
 
     Attributes:
-        kind: ``"local"``, ``"http"``, ``"hub"`` or ``"fsspec"``.
-        base: the folder's location as the user gave it (no trailing slash).
         traffic: file name -> what crossed the network for it, for every file this place
             opened (headers, index, configs, tensors; failed probes too).
     """
 
-    kind: str
-    base: str
-    http_options: HttpOptions | None = None
-    client: Client | None = None
-    storage_options: Mapping[str, Any] | None = None
-    hub: HubRepo | None = None
-    hub_path: HubPath | None = None
-    traffic: dict[str, Traffic] = field(default_factory=dict)
+    traffic: dict[str, Traffic]
 
+    @abstractmethod
     def location(self, name: str) -> str:
         """The location of file ``name`` (a relative path) in this place."""
-        if self.kind == "local":
-            return os.path.join(self.base, name)
-        if self.kind == "hub":
-            assert self.hub_path is not None
-            return str(self.hub_path.child(name))
-        return f"{self.base}/{name}"
+
+    @abstractmethod
+    def _source(self, name: str) -> ByteSource:
+        """A source for file ``name``, not counted."""
 
     def open(self, name: str) -> ByteSource:
         """A source for file ``name`` of this place, its reads counted in ``traffic[name]``."""
-        source: ByteSource
-        if self.kind == "hub":
-            assert self.hub is not None
-            assert self.hub_path is not None
-            source = self.hub.source(self.hub_path.child(name).path)
-        else:
-            source = open_source(
-                self.location(name),
-                http_options=self.http_options,
-                client=self.client,
-                storage_options=self.storage_options,
-            )
-        return CountingSource(source, self.traffic.setdefault(name, Traffic()))
+        return CountingSource(self._source(name), self.traffic.setdefault(name, Traffic()))
 
     async def list_files(self) -> list[str] | None:
         """The names of the files in this place (relative paths; recursive for a hub repo), or
@@ -80,30 +60,109 @@ class Place:
         Raises:
             NotFoundError, PermissionDeniedError, TransportError.
         """
-        if self.kind == "hub":
-            assert self.hub is not None
-            assert self.hub_path is not None
-            return await self.hub.list_files(self.hub_path.path)
-        if self.kind == "local":
+        return None
+
+
+@dataclass
+class LocalPlace(Place):
+    """A local folder.
+
+    Attributes:
+        folder: the folder's path as the user gave it (no trailing slash).
+    """
+
+    folder: str
+    traffic: dict[str, Traffic] = field(default_factory=dict)
+
+    def location(self, name: str) -> str:
+        return os.path.join(self.folder, name)
+
+    def _source(self, name: str) -> ByteSource:
+        return open_source(self.location(name))
+
+    async def list_files(self) -> list[str] | None:
+        try:
+            return sorted(os.listdir(self.folder))
+        except FileNotFoundError:
+            return []
+
+
+@dataclass
+class HttpPlace(Place):
+    """A URL prefix on a plain HTTP server (which cannot be listed).
+
+    Attributes:
+        base: the prefix as the user gave it (no trailing slash).
+    """
+
+    base: str
+    http_options: HttpOptions | None = None
+    client: Client | None = None
+    traffic: dict[str, Traffic] = field(default_factory=dict)
+
+    def location(self, name: str) -> str:
+        return f"{self.base}/{name}"
+
+    def _source(self, name: str) -> ByteSource:
+        return open_source(self.location(name), http_options=self.http_options, client=self.client)
+
+
+@dataclass
+class FsspecPlace(Place):
+    """A prefix of any fsspec URL (``s3://bucket/prefix``, ``memory://``, chained URLs).
+
+    Attributes:
+        base: the prefix as the user gave it (no trailing slash).
+        storage_options: passed to fsspec untouched.
+    """
+
+    base: str
+    storage_options: Mapping[str, Any] | None = None
+    traffic: dict[str, Traffic] = field(default_factory=dict)
+
+    def location(self, name: str) -> str:
+        return f"{self.base}/{name}"
+
+    def _source(self, name: str) -> ByteSource:
+        return open_source(self.location(name), storage_options=self.storage_options)
+
+    async def list_files(self) -> list[str] | None:
+        import asyncio
+
+        import fsspec
+
+        def listing() -> list[str]:
+            fs, path = fsspec.core.url_to_fs(self.base, **dict(self.storage_options or {}))
             try:
-                return sorted(os.listdir(self.base))
+                entries = fs.ls(path, detail=False)
             except FileNotFoundError:
                 return []
-        if self.kind == "fsspec":
-            import asyncio
+            return sorted(str(e).rstrip("/").rsplit("/", 1)[-1] for e in entries)
 
-            import fsspec
+        return await asyncio.to_thread(listing)
 
-            def listing() -> list[str]:
-                fs, path = fsspec.core.url_to_fs(self.base, **dict(self.storage_options or {}))
-                try:
-                    entries = fs.ls(path, detail=False)
-                except FileNotFoundError:
-                    return []
-                return sorted(str(e).rstrip("/").rsplit("/", 1)[-1] for e in entries)
 
-            return await asyncio.to_thread(listing)
-        return None
+@dataclass
+class HubPlace(Place):
+    """A hub repo, or a folder in it.
+
+    Attributes:
+        repo: the repo (its client, token and pinned commit).
+        path: the repo, revision and folder.
+    """
+
+    repo: HubRepo
+    path: HubPath
+    traffic: dict[str, Traffic] = field(default_factory=dict)
+
+    def location(self, name: str) -> str:
+        return str(self.path.child(name))
+
+    def _source(self, name: str) -> ByteSource:
+        return self.repo.source(self.path.child(name).path)
+
+    async def list_files(self) -> list[str] | None:
+        return await self.repo.list_files(self.path.path)
 
 
 def split_location(
@@ -131,21 +190,20 @@ def split_location(
             folder, name = posixpath.split(parsed.path)
             parsed = HubPath(parsed.repo_type, parsed.repo_id, parsed.revision, folder)
         repo = HubRepo(parsed, token=token, http_options=http_options, client=client)
-        return Place("hub", str(parsed), http_options, client, hub=repo, hub_path=parsed), name
+        return HubPlace(repo, parsed), name
     if scheme in ("", "file") and not _is_windows_drive(scheme):
         path = unquote(urlsplit(text).path) if scheme == "file" else text
         if os.path.isdir(path):
-            return Place("local", path.rstrip("/") or "/"), None
+            return LocalPlace(path.rstrip("/") or "/"), None
         folder, name = os.path.split(path)
-        return Place("local", folder or "."), name
-    kind = "http" if scheme in ("http", "https") else "fsspec"
+        return LocalPlace(folder or "."), name
     stripped = text.rstrip("/")
     head, _, last = stripped.rpartition("/")
-    place = Place(kind, stripped, http_options, client, storage_options)
-    if last.split("?", 1)[0].endswith(FILE_SUFFIXES) and not text.endswith("/"):
-        place.base = head
-        return place, last
-    return place, None
+    names_file = last.split("?", 1)[0].endswith(FILE_SUFFIXES) and not text.endswith("/")
+    base, name = (head, last) if names_file else (stripped, None)
+    if scheme in ("http", "https"):
+        return HttpPlace(base, http_options, client), name
+    return FsspecPlace(base, storage_options), name
 
 
 def _is_windows_drive(scheme: str) -> bool:
