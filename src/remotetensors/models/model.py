@@ -50,8 +50,7 @@ from ..reading.opening import open_tensor_file
 from ..reading.progress import bar, wanted
 from ..redact import redact_url
 from ..sources.base import Traffic
-from ..sources.http import HttpOptions
-from ..sources.httpclient import Client
+from ..sources.http.client import Client, HttpOptions
 from ..sources.resolve import Place, split_location
 from .configs import ConfigFiles, ConfigWarning, read_configs
 from .gguf_parts import find_gguf, join_parts, open_parts
@@ -428,13 +427,13 @@ async def load_model(
             ``.bt`` or ``.gguf`` file, a part of a split GGUF, or an ``*.index.json``). A folder
             or repo without a safetensors model opens its GGUF model if it holds exactly one.
         revision: the hub revision (overrides ``@rev``).
-        token: the hub token (see :func:`remotetensors.sources.hub.resolve_token`).
+        token: the hub token (see :func:`remotetensors.sources.hub.repo.resolve_token`).
         storage_options: passed to fsspec untouched.
         options: header window, gap, part size and concurrency (per file).
         http_options: timeouts, retries, headers.
         framework: ``"numpy"`` or ``"pt"``.
         client: a client to share with other models (a scan does; see
-            :mod:`.sources.httpclient`); the caller closes it. By default the model creates
+            :mod:`.sources.http.client`); the caller closes it. By default the model creates
             its own and closes it in ``aclose``.
 
     Raises:

@@ -29,13 +29,13 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from ..options import DEFAULT_SCAN_CONCURRENCY, ReadOptions
-from ..sources.http import HttpOptions
+from ..sources.http.client import HttpOptions
 from ..sources.ratelimit import WaitTally, tally_waits
 from .model import load_model
 from .sync import run_sync
 
 if TYPE_CHECKING:
-    from ..sources.httpclient import Client
+    from ..sources.http.client import Client
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,7 +26,7 @@ from ..formats.hub_metadata import ShardedMetadata, parse_sharded_metadata
 from ..formats.safetensors import PREFIX_BYTES, header_length, rebase
 from ..index import FileIndex, ModelIndex, Row, TensorInfo, TensorTable, placed
 from ..options import DEFAULT_CHUNK_BYTES
-from ..sources.hubapi import MetadataAnswer, endpoint_support, fetch_sharded_metadata
+from ..sources.hub.api import MetadataAnswer, endpoint_support, fetch_sharded_metadata
 from .file import AsyncTensorFile, AsyncTensorSlice
 
 if TYPE_CHECKING:

@@ -24,7 +24,7 @@ What this source guarantees (see ``reference/remote-io.md`` for why each rule ex
 - whatever httpx or the direct reader raises (a redirect loop, a malformed head) becomes one of
   our errors.
 
-Requests go through the direct reader (:mod:`.rawhttp`, a sixth of httpx's CPU per request)
+Requests go through the direct reader (:mod:`.direct`, a sixth of httpx's CPU per request)
 whenever :attr:`HttpOptions.direct_reads` allows it; see there for when httpx is used instead.
 """
 
@@ -40,7 +40,7 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 
 import httpx
 
-from ..errors import (
+from ...errors import (
     BadResponseError,
     NotFoundError,
     PermissionDeniedError,
@@ -49,15 +49,15 @@ from ..errors import (
     RequestTimeoutError,
     TransportError,
 )
-from ..ranges import ByteRange
-from ..redact import redact_url
-from ..status import Retrying, activity, bytes_listener, retrying
-from . import httpclient
-from .base import ByteSource, Prefix
-from .http1 import ResponseHeaders
-from .httpclient import Client, HttpClient, HttpOptions, httpx_of
-from .ratelimit import limiter_for, retry_after_seconds
-from .rawhttp import (
+from ...ranges import ByteRange
+from ...redact import redact_url
+from ...status import Retrying, activity, bytes_listener, retrying
+from ..base import ByteSource, Prefix
+from ..ratelimit import limiter_for, retry_after_seconds
+from ..recipe import SourceRecipe
+from . import client as httpclient
+from .client import Client, HttpClient, HttpOptions, httpx_of
+from .direct import (
     Meter,
     RawConnectionError,
     RawProtocolError,
@@ -65,7 +65,7 @@ from .rawhttp import (
     RawResponse,
     RawTimeoutError,
 )
-from .recipe import SourceRecipe
+from .head import ResponseHeaders
 from .selfcancel import withdraw_own_cancel
 
 __all__ = ["HttpClient", "HttpOptions", "HttpSource"]
@@ -113,7 +113,7 @@ class HttpSource(ByteSource):
     Args:
         url: the file's URL; redirects from it are followed on the first request.
         client: a client to share between files (one remotetensors made, or the caller's
-            httpx client, see :mod:`.httpclient`); when ``None`` the source creates one and
+            httpx client, see :mod:`.client`); when ``None`` the source creates one and
             closes it in :meth:`aclose`.
         options: timeouts, retries and the other knobs of :class:`HttpOptions`.
     """

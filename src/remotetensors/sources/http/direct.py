@@ -5,7 +5,7 @@ which caps a single large range at a fraction of what the network and the kernel
 an :class:`asyncio.BufferedProtocol` gives the kernel the destination buffer itself: the body
 of a 206 is received directly into the numpy array, with no intermediate copy.
 
-It speaks only what ranged GETs need. Heads are written and read by :mod:`.http1`, which keeps
+It speaks only what ranged GETs need. Heads are written and read by :mod:`.head`, which keeps
 h11's rules (the parser under httpx), so both paths accept and refuse the same heads, at a
 fraction of h11's CPU; a head that breaks them is ``RawProtocolError``. Beyond those rules:
 
@@ -51,8 +51,8 @@ from dataclasses import dataclass
 from typing import cast
 from urllib.parse import urlsplit
 
-from ..status import activity, bytes_listener
-from .http1 import Fields, HeadError, parse_response_head, request_head
+from ...status import activity, bytes_listener
+from .head import Fields, HeadError, parse_response_head, request_head
 from .selfcancel import withdraw_own_cancel
 from .tls import shared_ssl_context
 
