@@ -55,6 +55,7 @@ from ...status import activity, bytes_listener
 from .head import Fields, HeadError, parse_response_head, request_head
 from .selfcancel import withdraw_own_cancel
 from .tls import shared_ssl_context
+from .transport import Meter
 
 _SCRATCH_BYTES = 64 * 1024
 _NOWHERE = memoryview(bytearray())
@@ -98,15 +99,6 @@ class RawConnectionError(ConnectionError):
 
 class RawProtocolError(RawConnectionError):
     """The response head broke HTTP/1.1 syntax; nothing of it was used."""
-
-
-class Meter:
-    """Counts bytes received (head and body) across the requests it is passed to."""
-
-    __slots__ = ("bytes",)
-
-    def __init__(self) -> None:
-        self.bytes = 0
 
 
 class RawTimeoutError(TimeoutError):
