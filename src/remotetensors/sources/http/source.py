@@ -45,7 +45,7 @@ from ...ranges import ByteRange
 from ...redact import redact_url
 from ...status import Retrying, retrying
 from ..base import ByteSource, Prefix
-from ..ratelimit import limiter_for
+from ..ratelimit import HostLimiter, limiter_for
 from ..recipe import SourceRecipe
 from . import client as client_module
 from .answer import (
@@ -158,6 +158,7 @@ class HttpSource(ByteSource):
         self._raw: RawRangeClient | None = None
         self._proxied: bool | None = None  # a proxy in the environment (a caller's client)
         self._via_direct: DirectTransport | None = None
+        self._limiter: tuple[str, HostLimiter] | None = None  # the data URL's, see _limiter_of
         self.first_responses: list[ResponseHeaders] = []
         """Headers of every answer to the first request: the redirects in order, then the
         final answer (e.g. the hub's ``X-Repo-Commit``, which its redirect to a CDN carries)."""
@@ -209,6 +210,14 @@ class HttpSource(ByteSource):
                 max_idle_per_host=self._options.max_connections,
             )
         return self._raw
+
+    def _limiter_of(self, url: str) -> HostLimiter:
+        """The process-wide limiter of ``url``'s host (see :mod:`..ratelimit`); the last one
+        asked for is kept, since finding it parses the URL and every request asks twice."""
+        kept = self._limiter
+        if kept is None or kept[0] != url:
+            kept = self._limiter = (url, limiter_for(url))
+        return kept[1]
 
     def _transport(self, *, first: bool) -> Transport:
         """The direct reader where :meth:`_direct` allows it, else httpx."""
@@ -281,7 +290,7 @@ class HttpSource(ByteSource):
         while True:
             # The host's rate limit is waited for outside the attempt, so that waiting is not
             # taken for a server that is too slow (see _guarded's throughput floor).
-            await limiter_for(self._data_url).acquire()
+            await self._limiter_of(self._data_url).acquire()
             try:
                 got = await self._guarded(
                     start + received, end, buffer[received:], first=first, deadline=deadline
@@ -440,7 +449,7 @@ class HttpSource(ByteSource):
 
         def accept(head: Head) -> memoryview | Discard | None:
             try:  # nothing may escape: the direct reader calls this from its protocol
-                limiter_for(url).observe(head.status, head.headers)
+                self._limiter_of(url).observe(head.status, head.headers)
                 if head.url != url:  # the transport followed redirects
                     self._data_url = head.url
                 if first:
