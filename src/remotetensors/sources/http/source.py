@@ -481,7 +481,10 @@ class HttpSource(ByteSource):
                         url, self._headers(start, end, first=first), accept, meter
                     )
                 except Interrupted as exc:
-                    if exc.received and not whole:
+                    # Only a 206's body went into the caller's buffer: a resume starts after
+                    # its bytes. A whole body, or one read only to keep the connection (an
+                    # error's, a redirect's), is asked for again.
+                    if exc.received and answers and isinstance(answers[-1][1], Partial):
                         raise _Truncated(
                             exc.received, exc.cut_reason, timed_out=exc.timed_out
                         ) from None
