@@ -5,7 +5,7 @@ Usage: python benchmarks/request_cost.py [--requests 2000]
 Each request asks for bytes 0-999 of a small file; CPU time is the client process's
 (``time.process_time``), one request at a time and 64 at once. The httpx client has the settings
 remotetensors gives it (``HttpOptions().new_client().httpx``); the direct reader is
-``remotetensors.sources.rawhttp.RawRangeClient``.
+``remotetensors.sources.http.direct.RawRangeClient``.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from run import serving
 
-from remotetensors.sources.http import HttpOptions
-from remotetensors.sources.rawhttp import RawRangeClient
+from remotetensors.sources.http.client import HttpOptions
+from remotetensors.sources.http.direct import RawRangeClient
 
 HEADERS = {"Range": "bytes=0-999", "Accept-Encoding": "identity"}
 

@@ -50,7 +50,7 @@ if TYPE_CHECKING:
     from .ranges import ByteRange
     from .reading.file import AsyncTensorFile, AsyncTensorSlice
     from .sources.base import Traffic
-    from .sources.http import HttpOptions
+    from .sources.http.client import HttpOptions
     from .views.compare import Comparison, compare
     from .views.explore import TensorView
     from .views.stats import TensorStats
@@ -71,7 +71,7 @@ _LAZY: dict[str, str] = {
     **dict.fromkeys(["AsyncTensorFile", "AsyncTensorSlice"], ".reading.file"),
     **dict.fromkeys(["ModelSummary", "ScanResult", "scan", "scan_async"], ".models.scan"),
     **dict.fromkeys(["Traffic"], ".sources.base"),
-    **dict.fromkeys(["HttpOptions"], ".sources.http"),
+    **dict.fromkeys(["HttpOptions"], ".sources.http.client"),
     **dict.fromkeys(["TensorStats"], ".views.stats"),
     **dict.fromkeys(
         ["Model", "TensorSlice", "open_async", "open_model", "safe_open"], ".models.sync"

@@ -1,7 +1,7 @@
 """Requests through the direct reader: first requests too, on connections a model's files share.
 
 With a client remotetensors made (``HttpOptions.new_client``), every request of a file goes
-through the direct reader (``sources/rawhttp.py``), redirects and errors included, and the files
+through the direct reader (``sources/http/direct.py``), redirects and errors included, and the files
 of a model share its connections; a client the caller passes sees every first request. Counted
 here on raw loopback servers: connections opened, requests, and where each request went.
 """
@@ -22,8 +22,8 @@ import numpy as np
 import pytest
 
 import remotetensors as rt
-from remotetensors.sources.http import HttpSource
-from remotetensors.sources.hub import HubPath, HubRepo
+from remotetensors.sources.http.source import HttpSource
+from remotetensors.sources.hub.repo import HubPath, HubRepo
 from tests.hub_standin import LFS_THRESHOLD, HubStandIn
 from tests.integration.test_models import check_model, sharded
 from tests.rawservers import RawServer, Reply, Request, head, partial
@@ -132,7 +132,7 @@ def test_a_callers_own_client_sees_every_first_request(serve: Callable[..., RawS
 def engine(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     if request.param == "httpx":
         # A configured proxy turns the direct reader off; pretend there is one.
-        monkeypatch.setattr("remotetensors.sources.httpclient.proxy_in_environment", lambda: True)
+        monkeypatch.setattr("remotetensors.sources.http.client.proxy_in_environment", lambda: True)
     return str(request.param)
 
 
@@ -210,7 +210,7 @@ def test_a_hub_model_with_the_one_call_endpoint_never_builds_an_httpx_client(
 def test_a_metadata_answer_the_direct_reader_leaves_goes_through_httpx(
     hub: HubStandIn, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    from remotetensors.sources import hubapi
+    from remotetensors.sources.hub import api as hubapi
 
     monkeypatch.setattr(hubapi, "MAX_DIRECT_BODY_BYTES", 10)  # every answer is "too large"
     monkeypatch.setenv("HF_HOME", str(tmp_path))
@@ -227,7 +227,7 @@ def test_a_metadata_answer_the_direct_reader_leaves_goes_through_httpx(
 def test_a_large_body_is_received_in_a_worker_thread_and_its_connection_kept(
     serve: Callable[..., RawServer], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from remotetensors.sources import rawhttp
+    from remotetensors.sources.http import direct as rawhttp
 
     seen: list[tuple[str, int]] = []  # (thread name, body bytes left when handed over)
     real = rawhttp._receive

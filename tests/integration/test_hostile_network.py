@@ -1,6 +1,6 @@
 """A hostile network, round two: raw-socket servers that misbehave byte for byte.
 
-Every case runs on both data paths (the direct reader of ``sources/rawhttp.py`` and httpx) and
+Every case runs on both data paths (the direct reader of ``sources/http/direct.py`` and httpx) and
 asserts the right bytes or the named error, within a bounded time and a bounded number of
 requests counted on the server, and that nothing is left on stderr or in the log.
 """
@@ -42,11 +42,11 @@ def data_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -
     threads as large bodies are), and through httpx alone."""
     if request.param == "httpx":
         # A configured proxy turns the direct reader off; pretend there is one.
-        monkeypatch.setattr("remotetensors.sources.httpclient.proxy_in_environment", lambda: True)
+        monkeypatch.setattr("remotetensors.sources.http.client.proxy_in_environment", lambda: True)
         return "httpx"
     if request.param == "direct, bodies in threads":
         # Every body left after its head goes to a thread, however small.
-        monkeypatch.setattr("remotetensors.sources.rawhttp.THREAD_BODY_BYTES", 1)
+        monkeypatch.setattr("remotetensors.sources.http.direct.THREAD_BODY_BYTES", 1)
     return "direct"
 
 

@@ -29,7 +29,7 @@ def data_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -
     """Run every test with data bodies read directly into arrays, and through httpx alone."""
     if request.param == "httpx":
         # A configured proxy turns the direct reader off; pretend there is one.
-        monkeypatch.setattr("remotetensors.sources.httpclient.proxy_in_environment", lambda: True)
+        monkeypatch.setattr("remotetensors.sources.http.client.proxy_in_environment", lambda: True)
     return str(request.param)
 
 

@@ -214,7 +214,7 @@ async def test_async_model(faulty: FaultyServer) -> None:
 def hub_env(hub: HubStandIn, monkeypatch: pytest.MonkeyPatch) -> HubStandIn:
     monkeypatch.setenv("HF_ENDPOINT", hub.endpoint)
     monkeypatch.delenv("HF_TOKEN", raising=False)
-    monkeypatch.setattr("remotetensors.sources.hub.resolve_token", _no_stored_token)
+    monkeypatch.setattr("remotetensors.sources.hub.repo.resolve_token", _no_stored_token)
     return hub
 
 
@@ -386,7 +386,7 @@ def test_chained_fsspec_url(moto_endpoint: str, tmp_path: Path) -> None:
 
 
 def test_hub_locations_parse() -> None:
-    from remotetensors.sources.hub import HubPath
+    from remotetensors.sources.hub.repo import HubPath
 
     path = HubPath.parse("hf://datasets/org/data@refs%2Fpr%2F1/sub/x.safetensors")
     assert (path.repo_type, path.repo_id, path.revision, path.path) == (

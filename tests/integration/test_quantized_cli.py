@@ -94,7 +94,7 @@ def test_memory_without_config_says_why(
 
 def test_memory_on_the_hub(hub: HubStandIn, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HF_ENDPOINT", hub.endpoint)
-    monkeypatch.setattr("remotetensors.sources.hub.resolve_token", lambda token: None)
+    monkeypatch.setattr("remotetensors.sources.hub.repo.resolve_token", lambda token: None)
     spec, config = q.mlx(ARCH, bits=4)
     hub.add("org/mlx", q.files_for(spec, config, shards=2))
     with rt.open_model("hf://org/mlx") as model:

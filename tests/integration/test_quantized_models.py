@@ -225,7 +225,7 @@ def test_local_folder(layout: str, shards: int, tmp_path: Path) -> None:
 def hub_env(hub: HubStandIn, monkeypatch: pytest.MonkeyPatch) -> HubStandIn:
     monkeypatch.setenv("HF_ENDPOINT", hub.endpoint)
     monkeypatch.setenv("HF_TOKEN", "")
-    monkeypatch.setattr("remotetensors.sources.hub.resolve_token", lambda token: None)
+    monkeypatch.setattr("remotetensors.sources.hub.repo.resolve_token", lambda token: None)
     return hub
 
 

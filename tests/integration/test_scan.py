@@ -26,7 +26,7 @@ from tests.reference import write_reference
 def hub_env(hub: HubStandIn, monkeypatch: pytest.MonkeyPatch) -> HubStandIn:
     monkeypatch.setenv("HF_ENDPOINT", hub.endpoint)
     monkeypatch.delenv("HF_TOKEN", raising=False)
-    monkeypatch.setattr("remotetensors.sources.hub.resolve_token", _no_stored_token)
+    monkeypatch.setattr("remotetensors.sources.hub.repo.resolve_token", _no_stored_token)
     return hub
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from remotetensors.sources.base import ByteSource
 from remotetensors.sources.fsspec import FsspecSource
-from remotetensors.sources.http import HttpSource
+from remotetensors.sources.http.source import HttpSource
 from remotetensors.sources.local import LocalSource
 from tests.integration.source_conformance import Replace, SourceTests
 from tests.servers import FaultyServer

@@ -1,4 +1,4 @@
-"""The worker-thread side of the direct reader's large bodies (``rawhttp._receive``), on socket
+"""The worker-thread side of the direct reader's large bodies (``sources/http/direct.py``, ``_receive``), on socket
 pairs: it fills the target exactly, reports every byte, and never waits past its bounds."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import socket
 import threading
 import time
 
-from remotetensors.sources import rawhttp
+from remotetensors.sources.http import direct as rawhttp
 
 
 def pair() -> tuple[socket.socket, socket.socket]:

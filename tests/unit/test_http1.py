@@ -1,7 +1,7 @@
 """The direct reader's HTTP/1.1 heads against h11, the parser under httpx, as the oracle.
 
 Every head here, hand-written or mutated at random, must get the same verdict from
-``sources/http1.py`` as from h11: refused by both, or read by both into the same status,
+``sources/http/head.py`` as from h11: refused by both, or read by both into the same status,
 version and fields (Content-Length normalised as h11 does). Request heads must be the bytes
 h11 sends, and refused where h11 refuses them.
 """
@@ -14,7 +14,7 @@ import h11
 import httpx
 import pytest
 
-from remotetensors.sources.http1 import (
+from remotetensors.sources.http.head import (
     MAX_HEAD_BYTES,
     Fields,
     HeadError,

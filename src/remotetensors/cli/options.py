@@ -100,7 +100,7 @@ def open_options(args: argparse.Namespace) -> dict[str, Any]:
         raise UsageError(f"--timeout must be more than 0 seconds, got {args.timeout:g}")
     if args.retries < 0:
         raise UsageError(f"--retries must be 0 or more, got {args.retries}")
-    from ..sources.http import HttpOptions  # here: httpx is not needed for --help
+    from ..sources.http.client import HttpOptions  # here: httpx is not needed for --help
 
     read = ReadOptions(max_concurrency=args.concurrency) if args.concurrency else ReadOptions()
     http = HttpOptions(

@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     from ..models.scan import ScanResult
     from ..options import ReadOptions
     from ..sources.base import ByteSource
-    from ..sources.httpclient import Client
+    from ..sources.http.client import Client
     from ..sources.recipe import SourceRecipe
 
 
@@ -203,7 +203,7 @@ def _client_for(recipe: SourceRecipe) -> Client | None:
 
 
 def _shared_client(options: Any) -> Client:
-    from ..sources.http import HttpOptions
+    from ..sources.http.client import HttpOptions
 
     options = options or HttpOptions()
     key = repr(

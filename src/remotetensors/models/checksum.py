@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..errors import ChecksumMismatchError
-from ..sources.http import HttpOptions
+from ..sources.http.client import HttpOptions
 from ..sources.resolve import open_source
 from .sync import run_sync
 

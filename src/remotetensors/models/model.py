@@ -38,7 +38,7 @@ from ..reading.fetch import gather_or_cancel
 from ..reading.hub_onecall import LazyTensorFile
 from ..redact import redact_url
 from ..sources.base import Traffic
-from ..sources.http import HttpOptions
+from ..sources.http.client import HttpOptions
 from ..sources.resolve import split_location
 from .configs import ConfigFiles, ConfigWarning
 from .discovery import close_files, discover
@@ -50,7 +50,7 @@ if TYPE_CHECKING:
     import dask.array as da
 
     from ..reading.file import AsyncTensorFile
-    from ..sources.httpclient import Client
+    from ..sources.http.client import Client
 
 
 class AsyncModel:
@@ -404,14 +404,14 @@ async def load_model(
             ``.bt`` or ``.gguf`` file, a part of a split GGUF, or an ``*.index.json``). A folder
             or repo without a safetensors model opens its GGUF model if it holds exactly one.
         revision: the hub revision (overrides ``@rev``).
-        token: the hub token (see :func:`remotetensors.sources.hub.resolve_token`).
+        token: the hub token (see :func:`remotetensors.sources.hub.repo.resolve_token`).
         storage_options: passed to fsspec untouched.
         options: header window, gap, part size and concurrency (per file).
         http_options: timeouts, retries, headers.
         framework: ``"numpy"`` or ``"pt"``.
         client: a client to share with other models (a scan does; see
-            :mod:`.sources.httpclient`); the caller closes it. By default the model creates
-            its own and closes it in ``aclose``.
+            :mod:`remotetensors.sources.http.client`); the caller closes it. By default the
+            model creates its own and closes it in ``aclose``.
 
     Raises:
         NotFoundError: neither ``model.safetensors`` nor its index exists at a folder, nor a

@@ -9,8 +9,8 @@ closes it. Guarantees:
   as slots free up, so memory does not grow with the number of locations (nothing is kept for a
   finished location beyond the result handed out);
 - the models of the scan share a few HTTP clients (pools of :data:`POOL_CONNECTIONS`) and the
-  per-host rate limiters of the process (:mod:`.sources.ratelimit`); each result says how long
-  its requests waited for them.
+  per-host rate limiters of the process (:mod:`remotetensors.sources.ratelimit`); each result
+  says how long its requests waited for them.
 
 Results are yielded in completion order, not input order; each names its location.
 
@@ -29,13 +29,13 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from ..options import DEFAULT_SCAN_CONCURRENCY, ReadOptions
-from ..sources.http import HttpOptions
+from ..sources.http.client import HttpOptions
 from ..sources.ratelimit import WaitTally, tally_waits
 from .model import load_model
 from .sync import run_sync
 
 if TYPE_CHECKING:
-    from ..sources.httpclient import Client
+    from ..sources.http.client import Client
 
 
 @dataclass(frozen=True, slots=True)

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from ..quantization.memory import MemoryEstimate
     from ..reading.file import AsyncTensorSlice
     from ..sources.base import Traffic
-    from ..sources.http import HttpOptions
+    from ..sources.http.client import HttpOptions
     from .configs import ConfigFiles
 
 T = TypeVar("T")

@@ -27,7 +27,7 @@ from ..formats.hub_metadata import ShardedMetadata, parse_sharded_metadata
 from ..formats.safetensors import PREFIX_BYTES, header_length, rebase
 from ..index import ROW_FILE, FileIndex, ModelIndex, Row, TensorInfo, TensorTable, placed
 from ..options import DEFAULT_CHUNK_BYTES
-from ..sources.hubapi import MetadataAnswer, endpoint_support, fetch_sharded_metadata
+from ..sources.hub.api import MetadataAnswer, endpoint_support, fetch_sharded_metadata
 from ..sources.resolve import HubPlace
 from .file import AsyncTensorFile, AsyncTensorSlice
 

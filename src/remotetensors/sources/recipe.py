@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from ..redact import redact_url
 
 if TYPE_CHECKING:
-    from .httpclient import HttpOptions
+    from .http.client import HttpOptions
 
 RecipeKind = Literal["http", "fsspec", "local"]
 

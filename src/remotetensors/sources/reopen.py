@@ -9,7 +9,7 @@ from ..redact import redact_url
 
 if TYPE_CHECKING:
     from .base import ByteSource
-    from .httpclient import Client
+    from .http.client import Client
     from .recipe import SourceRecipe
 
 __all__ = ["PIN_CHECK_BYTES", "recipe_source", "reopen"]
@@ -23,7 +23,7 @@ def recipe_source(recipe: SourceRecipe, *, client: Client | None = None) -> Byte
 
     Each source is imported when its kind is asked for (fsspec is heavy to import)."""
     if recipe.kind == "http":
-        from .http import HttpSource
+        from .http.source import HttpSource
 
         return HttpSource(recipe.target, client=client, options=recipe.http_options)
     if recipe.kind == "fsspec":

@@ -15,15 +15,16 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
 
 from .base import CountingSource, Traffic
-from .http import HttpOptions, HttpSource
-from .hub import HubPath, HubRepo, is_hub_location
+from .http.client import HttpOptions
+from .http.source import HttpSource
+from .hub.repo import HubPath, HubRepo, is_hub_location
 from .local import LocalSource
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from .base import ByteSource
-    from .httpclient import Client
+    from .http.client import Client
 
 FILE_SUFFIXES = (".safetensors", ".bt", ".json", ".gguf")
 """Locations ending in these name a file; any other names a folder, prefix or repo."""

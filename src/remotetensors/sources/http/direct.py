@@ -5,7 +5,7 @@ which caps a single large range at a fraction of what the network and the kernel
 an :class:`asyncio.BufferedProtocol` gives the kernel the destination buffer itself: the body
 of a 206 is received directly into the numpy array, with no intermediate copy.
 
-It speaks only what ranged GETs need. Heads are written and read by :mod:`.http1`, which keeps
+It speaks only what ranged GETs need. Heads are written and read by :mod:`.head`, which keeps
 h11's rules (the parser under httpx), so both paths accept and refuse the same heads, at a
 fraction of h11's CPU; a head that breaks them is ``RawProtocolError``. Beyond those rules:
 
@@ -51,10 +51,11 @@ from dataclasses import dataclass
 from typing import cast
 from urllib.parse import urlsplit
 
-from ..status import activity, bytes_listener
-from .http1 import Fields, HeadError, parse_response_head, request_head
+from ...status import activity, bytes_listener
+from .head import Fields, HeadError, parse_response_head, request_head
 from .selfcancel import withdraw_own_cancel
 from .tls import shared_ssl_context
+from .transport import Meter
 
 _SCRATCH_BYTES = 64 * 1024
 _NOWHERE = memoryview(bytearray())
@@ -98,15 +99,6 @@ class RawConnectionError(ConnectionError):
 
 class RawProtocolError(RawConnectionError):
     """The response head broke HTTP/1.1 syntax; nothing of it was used."""
-
-
-class Meter:
-    """Counts bytes received (head and body) across the requests it is passed to."""
-
-    __slots__ = ("bytes",)
-
-    def __init__(self) -> None:
-        self.bytes = 0
 
 
 class RawTimeoutError(TimeoutError):

@@ -1,7 +1,7 @@
 """The HTTP source's options, and the client remotetensors makes from them.
 
 :class:`HttpClient` carries what every file read through it shares: a turn for each of its
-connections, the direct reader (:mod:`.rawhttp`) with its pool of kept-alive connections, and
+connections, the direct reader (:mod:`.direct`) with its pool of kept-alive connections, and
 an httpx client for what the direct reader does not do. Files of one model share one client.
 """
 
@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import httpx
 
-from .rawhttp import RawRangeClient
+from .direct import RawRangeClient
 from .tls import shared_ssl_context
 
 if TYPE_CHECKING:
@@ -50,7 +50,7 @@ class HttpOptions:
         request_deadline_seconds: total time for one range read, all attempts, waits and
             resumes included; ``None`` (the default) sets none. Exceeding it raises
             :class:`RequestTimeoutError` with ``bound="request_deadline_seconds"``.
-        direct_reads: send ranged GETs with the built-in HTTP/1.1 reader (:mod:`.rawhttp`),
+        direct_reads: send ranged GETs with the built-in HTTP/1.1 reader (:mod:`.direct`),
             which receives bodies straight into the destination array and costs a sixth of
             httpx's CPU per request; httpx copies every 64 KiB piece and runs at a fraction of
             the speed. With a client remotetensors made (:meth:`new_client`), every request

@@ -18,16 +18,17 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 from urllib.parse import quote, unquote
 
-from ..errors import LocationError, NotFoundError, PermissionDeniedError
-from .base import Prefix
-from .http import HttpOptions, HttpSource
-from .recipe import SourceRecipe
+from ...errors import LocationError, NotFoundError, PermissionDeniedError
+from ..base import Prefix
+from ..http.client import HttpOptions
+from ..http.source import HttpSource
+from ..recipe import SourceRecipe
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from .http1 import ResponseHeaders
-    from .httpclient import Client
+    from ..http.client import Client
+    from ..http.head import ResponseHeaders
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
 _FILE_SUFFIXES = (".safetensors", ".bt", ".json")
@@ -125,7 +126,7 @@ class HubRepo:
         token: see :func:`resolve_token`.
         endpoint: the hub's base URL; ``HF_ENDPOINT`` or the public hub when None.
         http_options: timeouts and retries; the token is added as an Authorization header.
-        client: the client shared by the files (see :mod:`.httpclient`).
+        client: the client shared by the files (see :mod:`..http.client`).
     """
 
     def __init__(
@@ -178,8 +179,8 @@ class HubRepo:
         """
         import httpx
 
-        from ..errors import NotFoundError, PermissionDeniedError, TransportError
-        from .httpclient import httpx_of
+        from ...errors import NotFoundError, PermissionDeniedError, TransportError
+        from ..http.client import httpx_of
 
         revision = quote(self.revision, safe="")
         tail = f"/{quote(folder)}" if folder else ""

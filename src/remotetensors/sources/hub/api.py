@@ -18,13 +18,13 @@ from urllib.parse import quote
 
 import httpx
 
-from .http1 import ResponseHeaders
-from .httpclient import Client, HttpClient, httpx_of
-from .ratelimit import limiter_for
-from .rawhttp import RawConnectionError, RawTimeoutError
+from ..http.client import Client, HttpClient, httpx_of
+from ..http.direct import RawConnectionError, RawTimeoutError
+from ..http.head import ResponseHeaders
+from ..ratelimit import limiter_for
 
 if TYPE_CHECKING:
-    from .hub import HubRepo
+    from .repo import HubRepo
 
 log = logging.getLogger(__name__)
 

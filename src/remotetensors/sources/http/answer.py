@@ -1,0 +1,293 @@
+"""What an answer to a ranged GET means, decided once for both transports; no IO.
+
+:func:`decide` reads an answer's head (status, headers, the URL that gave it; its body not yet
+read) against the request, the version pinned by the first answer and the options, and says
+what it is:
+
+- :class:`Partial`: a 206 whose ``Content-Range`` matches the request (and, on a later
+  request, whose size and validators match the version opened); its body is the bytes asked;
+- :class:`Whole`: a first 200, the server having ignored ``Range``, small enough to accept
+  whole (opt-in: ``accept_whole_body_below_bytes``); a 200 that is not is refused with
+  :class:`RangeNotSupportedError`, its body never read;
+- :class:`Empty`: an empty file (a first 416 with ``Content-Range: bytes */0``, or a first 200
+  from 0 with ``Content-Length: 0``);
+- :class:`Follow`: a redirect the source follows itself (the first request, when the
+  transport follows none); a redirect met on a later request is a :class:`Retry` through the
+  transport that follows them (``moved``);
+- :class:`Retry`: 408, 429 and 5xx, with the wait that ``Retry-After`` asks for;
+- :class:`Reresolve`: a redirected URL that stopped working (401/403/404/410, as an expired
+  signed URL does): the URL named is resolved again;
+- :class:`Refused` and :class:`Failed`: an error; :func:`status_error` says which for a status.
+
+A 206 or 200 whose head cannot be used raises at once (its body must not be read); every other
+answer's body holds none of the file's bytes.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, NamedTuple
+
+import httpx
+
+from ...errors import (
+    BadResponseError,
+    NotFoundError,
+    PermissionDeniedError,
+    RangeNotSupportedError,
+    RemoteFileChangedError,
+    TransportError,
+)
+from ...redact import redact_url
+from ..ratelimit import retry_after_seconds
+from .head import ResponseHeaders
+from .pin import VersionPin
+from .transport import Head
+
+if TYPE_CHECKING:
+    from .client import HttpOptions
+
+_CONTENT_RANGE = re.compile(r"^\s*bytes\s+(\d+)-(\d+)/(\d+|\*)\s*$", re.IGNORECASE)
+_UNSATISFIED_RANGE = re.compile(r"^\s*bytes\s+\*/(\d+)\s*$", re.IGNORECASE)
+_RETRY_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
+_REDIRECTS = frozenset({301, 302, 303, 307, 308})
+_RERESOLVE_STATUSES = frozenset({401, 403, 404, 410})
+
+
+class Asked(NamedTuple):
+    """One request: bytes ``[start, end)``, the file's first request or a later one, and
+    whether the transport that sent it followed redirects itself.
+
+    On the first request ``end`` may lie beyond the file: the answer then stops at its end.
+    (This and the decisions are named tuples: immutable, and a third of a frozen dataclass's
+    cost to build, which every request pays.)"""
+
+    start: int
+    end: int
+    first: bool
+    follows_redirects: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Terms:
+    """What every answer about one file is judged by: the URL named (without userinfo; an
+    answer from any other came by redirect), the file's name in messages, the options."""
+
+    named: str
+    shown: str
+    options: HttpOptions
+
+
+class Partial(NamedTuple):
+    """A 206 to use: ``length`` body bytes, the asked ones; ``total`` is the file's size."""
+
+    length: int
+    total: int
+
+
+class Whole(NamedTuple):
+    """A first 200 accepted whole: ``length`` body bytes, the whole file."""
+
+    length: int
+
+
+class Empty(NamedTuple):
+    """An empty file; ``body`` when the answer's (empty) body is the file's (a 200)."""
+
+    body: bool
+
+
+class Follow(NamedTuple):
+    """A redirect to follow, to ``url`` (a relative ``Location`` joined as httpx does)."""
+
+    url: str
+
+
+class Retry(NamedTuple):
+    """A failure worth another attempt: after ``wait_seconds`` (from ``Retry-After``) or a
+    backoff; ``moved`` when a resolved URL redirected, to be followed by a transport that
+    follows redirects."""
+
+    reason: str
+    wait_seconds: float | None
+    moved: bool = False
+
+
+class Reresolve(NamedTuple):
+    """The redirected URL answered ``status``: resolve the URL named once more."""
+
+    status: int
+
+
+class Refused(NamedTuple):
+    """An error status; :func:`status_error` (or a source's own words) says which error."""
+
+    status: int
+
+
+class Failed(NamedTuple):
+    """An answer that ends the read with ``error``."""
+
+    error: Exception
+
+
+Decision = Partial | Whole | Empty | Follow | Retry | Reresolve | Refused | Failed
+
+
+def decide(head: Head, asked: Asked, pin: VersionPin, terms: Terms) -> Decision:
+    """What the answer ``head`` to ``asked`` means (see the module), its body not yet read.
+
+    Raises:
+        BadResponseError: a 206 or 200 whose head does not fit the request (a wrong or missing
+            ``Content-Range``, an encoded body).
+        RemoteFileChangedError: a later 206 from another version than ``pin``'s.
+        RangeNotSupportedError: a 200 that cannot be accepted whole.
+    """
+    status, headers, url = head.status, head.headers, head.url
+    if status == 206:
+        return _partial(headers, asked, pin, terms.shown)
+    if status == 200:
+        return _whole(headers, asked, terms)
+    if status == 416 and asked.first:
+        return _empty(headers, terms.shown)
+    if not asked.follows_redirects and 300 <= status < 400:
+        if asked.first and status in _REDIRECTS and "Location" in headers:
+            return _follow(url, headers["Location"], terms.shown)
+        if not asked.first:
+            return Retry(f"HTTP {status} redirect from a resolved URL", 0.0, moved=True)
+    if status in _RETRY_STATUSES:
+        try:
+            return Retry(f"HTTP {status}", _retry_after(status, headers, url, terms.options))
+        except TransportError as exc:
+            return Failed(exc)
+    if status == 412:
+        return Failed(
+            RemoteFileChangedError(
+                f"{terms.shown}: the file changed since it was opened (HTTP 412 for "
+                f"{pin.condition}); open it again to read the new version"
+            )
+        )
+    if url != terms.named and status in _RERESOLVE_STATUSES:
+        return Reresolve(status)
+    return Refused(status)
+
+
+def status_error(
+    status: int, url: str, headers: ResponseHeaders | None, shown: str
+) -> NotFoundError | PermissionDeniedError | BadResponseError:
+    """The error for an answer ``status`` from ``url`` (``X-Error-Code`` named when sent)."""
+    code = headers.get("X-Error-Code") if headers is not None else None
+    detail = f" ({code})" if code else ""
+    if status in (404, 410):
+        return NotFoundError(f"{shown}: not found (HTTP {status}{detail} from {redact_url(url)})")
+    if status in (401, 403):
+        return PermissionDeniedError(
+            f"{shown}: access denied (HTTP {status}{detail} from {redact_url(url)}); a "
+            "private or gated file needs a token, e.g. an Authorization header or HF_TOKEN"
+        )
+    return BadResponseError(f"{shown}: unexpected HTTP {status}{detail} from {url}")
+
+
+def range_ignored(declared: str | None, start: int, end: int, shown: str) -> RangeNotSupportedError:
+    """The error for a 200 to a ranged GET (``declared``: its ``Content-Length``)."""
+    return RangeNotSupportedError(
+        f"{shown}: the server ignored the Range header (HTTP 200 with the whole file"
+        f"{', ' + declared + ' bytes' if declared else ''}) when asked for bytes "
+        f"{start}-{end - 1}; it cannot serve partial reads. Use a server or URL that "
+        "supports byte ranges, or for small files opt in to whole bodies (HttpOptions("
+        "accept_whole_body_below_bytes=...), on the command line --accept-whole-body-below)"
+    )
+
+
+def _partial(headers: ResponseHeaders, asked: Asked, pin: VersionPin, shown: str) -> Partial:
+    """Check a 206's headers against the request (and a later one's against the pin)."""
+    _check_identity(headers, shown)
+    start, end = asked.start, asked.end
+    header = headers.get("Content-Range", "")
+    match = _CONTENT_RANGE.match(header)
+    if match is None or match.group(3) == "*":
+        raise BadResponseError(
+            f"{shown}: asked for bytes {start}-{end - 1}, got HTTP 206 with "
+            f"Content-Range {header!r}, which does not give the file size"
+        )
+    first_byte, last_byte, total = int(match.group(1)), int(match.group(2)), int(match.group(3))
+    if not asked.first:
+        pin.check(headers, total, shown)
+    expected_last = min(end, total) - 1 if asked.first else end - 1
+    if first_byte != start or last_byte != expected_last:
+        raise BadResponseError(
+            f"{shown}: asked for bytes {start}-{end - 1}, got Content-Range {header!r} "
+            f"(expected bytes {start}-{expected_last}/{total})"
+        )
+    return Partial(last_byte - first_byte + 1, total)
+
+
+def _whole(headers: ResponseHeaders, asked: Asked, terms: Terms) -> Empty | Whole:
+    """A 200 to a ranged GET: the server ignored Range. Never read a large body."""
+    _check_identity(headers, terms.shown)
+    declared = headers.get("Content-Length")
+    if asked.first and asked.start == 0 and declared == "0":
+        return Empty(body=True)  # some servers (nginx) answer an empty file so, not with 416
+    limit = terms.options.accept_whole_body_below_bytes
+    if asked.first and declared is not None and declared.isdigit() and int(declared) < limit:
+        return Whole(int(declared))
+    raise range_ignored(declared, asked.start, asked.end, terms.shown)
+
+
+def _empty(headers: ResponseHeaders, shown: str) -> Empty | Failed:
+    """A first 416 (asked from byte 0): an empty file, if it says its size is 0."""
+    match = _UNSATISFIED_RANGE.match(headers.get("Content-Range", ""))
+    if match is None or int(match.group(1)) != 0:
+        return Failed(
+            BadResponseError(
+                f"{shown}: HTTP 416 for bytes from 0 without 'Content-Range: bytes */0' "
+                f"(saw {headers.get('Content-Range')!r})"
+            )
+        )
+    return Empty(body=False)
+
+
+def _follow(url: str, location: str, shown: str) -> Follow | Failed:
+    """Where a redirect from ``url`` leads (a relative ``Location`` joined as httpx does)."""
+    try:
+        target = httpx.URL(url).join(location)
+    except httpx.InvalidURL as exc:
+        return Failed(
+            BadResponseError(
+                f"{shown}: redirected to an invalid URL ({exc}) from {redact_url(url)}"
+            )
+        )
+    if target.scheme not in ("http", "https") or not target.host:
+        return Failed(
+            BadResponseError(
+                f"{shown}: redirected to a URL that cannot be fetched over HTTP(S) "
+                f"({redact_url(str(target))})"
+            )
+        )
+    return Follow(str(target))
+
+
+def _check_identity(headers: ResponseHeaders, shown: str) -> None:
+    encoding = headers.get("Content-Encoding", "identity").strip().lower()
+    if encoding not in ("", "identity"):
+        raise BadResponseError(
+            f"{shown}: the server sent a {encoding}-encoded body although "
+            "'Accept-Encoding: identity' was asked; its byte offsets cannot be trusted"
+        )
+
+
+def _retry_after(
+    status: int, headers: ResponseHeaders, url: str, options: HttpOptions
+) -> float | None:
+    """Seconds that ``Retry-After`` asks for, or None; raises when the wait is too long."""
+    seconds = retry_after_seconds(headers.get("Retry-After"))
+    if seconds is None:
+        return None
+    if seconds > options.max_retry_after_seconds:
+        raise TransportError(
+            f"{redact_url(url)}: HTTP {status}, and the server asks to retry after "
+            f"{seconds:.0f} s, more "
+            f"than max_retry_after_seconds={options.max_retry_after_seconds}"
+        )
+    return seconds

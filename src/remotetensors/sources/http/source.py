@@ -1,0 +1,589 @@
+"""HTTP(S) files read with single-range GETs, trusting only what can be checked.
+
+What this source guarantees (see ``reference/remote-io.md`` for why each rule exists):
+
+- every request sends ``Range`` and ``Accept-Encoding: identity``; only a 206 whose
+  ``Content-Range`` matches the request and whose body has exactly the asked length is used;
+- a 200 to a ranged request is abandoned at once (the connection is closed, the body not read)
+  and raises :class:`RangeNotSupportedError`, unless the caller opted in to small whole bodies;
+- redirects are followed on the first request (by httpx, or by this module when the request goes
+  direct: at most 20 hops, relative ``Location`` resolved as httpx does, credentials kept for the
+  URL's own origin); later requests go straight to the final URL, and if that URL stops working
+  (401/403/404/410, as an expired signed URL does) the original URL is resolved once more;
+- the first response's validators are kept: a strong ETag is sent as ``If-Match`` on later
+  requests (else ``Last-Modified`` as ``If-Unmodified-Since``), and every later answer must carry
+  the same total size, ETag and ``Last-Modified`` as the first; a changed or missing validator
+  raises :class:`RemoteFileChangedError`, never mixes versions;
+- connect and read errors, truncated bodies, 429 and 5xx are retried with exponential backoff and
+  full jitter, honouring a well-formed ``Retry-After``; a truncated body resumes from its first
+  missing byte, and a resume without real progress counts as a failed attempt;
+- every attempt runs under a throughput floor and every range read under an optional deadline
+  (:class:`RequestTimeoutError` says which bound tripped);
+- the URL's userinfo is sent as Basic auth to its own origin only, and every message names the
+  URL with its secrets masked (:func:`~remotetensors.redact.redact_url`);
+- whatever httpx or the direct reader raises (a redirect loop, a malformed head) becomes one of
+  our errors.
+
+Requests go through the direct reader (:mod:`.via_direct`, a sixth of httpx's CPU per request)
+whenever :attr:`HttpOptions.direct_reads` allows it, else through httpx (:mod:`.via_httpx`);
+either way one request path sends them, :func:`.answer.decide` judges every answer, and
+:class:`.pin.VersionPin` holds the version opened. This module holds the attempts: retries,
+resumes, the throughput floor and the deadline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import random
+import time
+from urllib.parse import unquote, urlsplit, urlunsplit
+
+from ...errors import BadResponseError, RequestTimeoutError, TransportError
+from ...ranges import ByteRange
+from ...redact import redact_url
+from ...status import Retrying, retrying
+from ..base import ByteSource, Prefix
+from ..ratelimit import HostLimiter, limiter_for
+from ..recipe import SourceRecipe
+from . import client as client_module
+from .answer import (
+    Asked,
+    Decision,
+    Empty,
+    Failed,
+    Follow,
+    Partial,
+    Refused,
+    Reresolve,
+    Retry,
+    Terms,
+    Whole,
+    decide,
+    range_ignored,
+    status_error,
+)
+from .client import Client, HttpClient, HttpOptions
+from .direct import RawRangeClient
+from .head import ResponseHeaders
+from .pin import VersionPin
+from .selfcancel import withdraw_own_cancel
+from .transport import (
+    DISCARD,
+    BadAnswer,
+    BodyTooLong,
+    Discard,
+    Head,
+    Interrupted,
+    Meter,
+    Transport,
+)
+from .via_direct import DirectTransport
+from .via_httpx import HttpxTransport
+
+__all__ = ["HttpSource"]
+
+_MAX_REDIRECTS = 20  # as httpx's default
+
+
+def _turns(client: Client) -> contextlib.AbstractAsyncContextManager[object]:
+    """Hold one of ``client``'s connections for a request (no limit for a client made
+    elsewhere, whose pool size is not known)."""
+    return client.turns if isinstance(client, HttpClient) else contextlib.nullcontext()
+
+
+class _Retry(Exception):
+    """A failure worth another attempt; ``wait_seconds`` from Retry-After when the server said,
+    ``timed_out`` when no answer came in time (giving up then raises RequestTimeoutError)."""
+
+    def __init__(
+        self, reason: str, wait_seconds: float | None = None, *, timed_out: bool = False
+    ) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.wait_seconds = wait_seconds
+        self.timed_out = timed_out
+
+
+class _Reresolve(Exception):
+    """The final (redirected) URL ``url`` stopped working; resolve the original URL again."""
+
+    def __init__(self, status: int, url: str) -> None:
+        super().__init__(status)
+        self.status = status
+        self.url = url
+
+
+class _Truncated(Exception):
+    """A body ended early; ``received`` bytes were written before the cut (or the stall)."""
+
+    def __init__(self, received: int, reason: str, *, timed_out: bool = False) -> None:
+        super().__init__(reason)
+        self.received = received
+        self.reason = reason
+        self.timed_out = timed_out
+
+
+class HttpSource(ByteSource):
+    """One file on an HTTP(S) server that honours single byte ranges.
+
+    Args:
+        url: the file's URL; redirects from it are followed on the first request.
+        client: a client to share between files (one remotetensors made, or the caller's
+            httpx client, see :mod:`.client`); when ``None`` the source creates one and
+            closes it in :meth:`aclose`.
+        options: timeouts, retries and the other knobs of :class:`HttpOptions`.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        client: Client | None = None,
+        options: HttpOptions | None = None,
+    ) -> None:
+        self._given_url = url  # with its userinfo: what another process must open again
+        self._url, self._basic_auth = _split_userinfo(url)
+        self._shown = redact_url(url)
+        self._options = options or HttpOptions()
+        self._terms = Terms(self._url, self._shown, self._options)
+        self._client = client
+        self._owns_client = client is None
+        self._data_url = self._url
+        self._reresolved = False  # a file's redirect is resolved again at most once
+        self._pin = VersionPin()
+        self._whole_body: bytes | None = None
+        self._verified = False  # _data_url answered a ranged GET itself (no redirect pending)
+        self._raw: RawRangeClient | None = None
+        self._proxied: bool | None = None  # a proxy in the environment (a caller's client)
+        self._via_direct: DirectTransport | None = None
+        self._limiter: tuple[str, HostLimiter] | None = None  # the data URL's, see _limiter_of
+        self.first_responses: list[ResponseHeaders] = []
+        """Headers of every answer to the first request: the redirects in order, then the
+        final answer (e.g. the hub's ``X-Repo-Commit``, which its redirect to a CDN carries)."""
+
+    @property
+    def first_response_headers(self) -> ResponseHeaders | None:
+        """Headers of the final answer to the first request (after redirects)."""
+        return self.first_responses[-1] if self.first_responses else None
+
+    @property
+    def location(self) -> str:
+        """The URL without its secrets (password, signatures, tokens: ``***``)."""
+        return self._shown
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self._shown}>"
+
+    def _http(self) -> Client:
+        if self._client is None:
+            self._client = self._options.new_client()
+        return self._client
+
+    async def aclose(self) -> None:
+        if self._owns_client and self._client is not None:
+            await self._client.aclose()
+            self._client = None
+        if self._raw is not None:
+            await self._raw.aclose()
+            self._raw = None
+
+    def _direct(self, *, first: bool) -> RawRangeClient | None:
+        """The direct reader, when it may serve the next request (see ``direct_reads``)."""
+        client = self._http()
+        if isinstance(client, HttpClient):
+            if not client.goes_direct:
+                return None
+            # A redirect met on a later request is left to httpx (see answer.Retry.moved).
+            return client.direct if first or self._verified else None
+        if first or not self._verified:
+            return None  # a caller's own client sees every first request: its auth, its hooks
+        if self._proxied is None:  # read once, as for a client remotetensors makes
+            self._proxied = client_module.proxy_in_environment()
+        if not self._options.direct_reads or self._proxied:
+            return None
+        if self._raw is None:
+            self._raw = RawRangeClient(
+                connect_timeout_seconds=self._options.connect_timeout_seconds,
+                read_timeout_seconds=self._options.read_timeout_seconds,
+                max_idle_per_host=self._options.max_connections,
+            )
+        return self._raw
+
+    def _limiter_of(self, url: str) -> HostLimiter:
+        """The process-wide limiter of ``url``'s host (see :mod:`..ratelimit`); the last one
+        asked for is kept, since finding it parses the URL and every request asks twice."""
+        kept = self._limiter
+        if kept is None or kept[0] != url:
+            kept = self._limiter = (url, limiter_for(url))
+        return kept[1]
+
+    def _transport(self, *, first: bool) -> Transport:
+        """The direct reader where :meth:`_direct` allows it, else httpx."""
+        direct = self._direct(first=first)
+        if direct is None:
+            return HttpxTransport(self._http())
+        via = self._via_direct  # kept: most requests of a file go this way
+        if via is None or via.reader is not direct:
+            via = self._via_direct = DirectTransport(direct)
+        return via
+
+    # --- the ByteSource contract --------------------------------------------------------------
+
+    def receives_in_threads(self) -> bool:
+        """True when the direct reader serves the data and receives its large bodies in worker
+        threads (see :meth:`RawRangeClient.receives_in_threads`)."""
+        direct = None if self._whole_body is not None else self._direct(first=False)
+        return direct is not None and direct.receives_in_threads(self._data_url)
+
+    def recipe(self) -> SourceRecipe:
+        return self._recipe_for(self._given_url)
+
+    def _recipe_for(self, url: str) -> SourceRecipe:
+        size = self._pin.size
+        if size is None:
+            raise RuntimeError("open_prefix must be called before recipe")
+        return SourceRecipe("http", url, self.location, size, self._pin.validator, self._options)
+
+    async def open_prefix(self, length: int) -> Prefix:
+        if length <= 0:
+            raise ValueError(f"the prefix length must be positive, got {length}")
+        buffer = bytearray(length)
+        received = await self._fetch(0, length, memoryview(buffer), first=True)
+        assert self._pin.size is not None
+        # A copy, not a resize: a retried attempt's traceback may still hold a view of buffer.
+        return Prefix(bytes(buffer[:received]), self._pin.size, self._pin.validator)
+
+    async def read_into(self, start: int, buffer: memoryview) -> None:
+        end = start + len(buffer)
+        size = self._pin.size
+        if size is None:
+            raise RuntimeError("open_prefix must be called before read_into")
+        if start < 0 or end > size:
+            raise ValueError(
+                f"{self._shown}: bytes [{start}, {end}) lie outside the file of {size} bytes"
+            )
+        if not len(buffer):
+            return
+        if self._whole_body is not None:
+            buffer[:] = self._whole_body[start:end]
+            return
+        await self._fetch(start, end, buffer, first=False)
+
+    # --- attempts, retries and resumes ----------------------------------------------------------
+
+    async def _fetch(self, start: int, end: int, buffer: memoryview, *, first: bool) -> int:
+        """Fill ``buffer`` with bytes [start, end), resuming and retrying; returns bytes written.
+
+        On the first request ``end`` may exceed the file: the answer then stops at its end.
+        Every attempt runs under the throughput floor, and all of them under the deadline.
+        """
+        options = self._options
+        deadline = (
+            None
+            if options.request_deadline_seconds is None
+            else time.monotonic() + options.request_deadline_seconds
+        )
+        received = 0
+        attempt = 0
+        while True:
+            # The host's rate limit is waited for outside the attempt, so that waiting is not
+            # taken for a server that is too slow (see _guarded's throughput floor).
+            await self._limiter_of(self._data_url).acquire()
+            try:
+                got = await self._guarded(
+                    start + received, end, buffer[received:], first=first, deadline=deadline
+                )
+                return received + got
+            except _Truncated as cut:
+                received += cut.received
+                first = False
+                missing = min(end, self._pin.size or end) - start - received
+                end = min(end, self._pin.size or end)
+                # Resume from the first missing byte. Only real progress (a good share of
+                # what was missing) earns a fresh attempt budget: a server that sends a few
+                # bytes per connection must not keep us busy without end.
+                progress = min(options.resume_progress_bytes, (cut.received + missing) // 2)
+                if cut.received and cut.received >= max(progress, 1):
+                    attempt = 0
+                    continue
+                failure: _Retry = _Retry(cut.reason, timed_out=cut.timed_out)
+            except _Reresolve as expired:
+                if expired.url != self._data_url:
+                    continue  # a concurrent read already resolved the URL again
+                if self._reresolved:
+                    raise self._status_error(expired.status, expired.url) from None
+                self._reresolved = True
+                self._data_url = self._url
+                self._verified = False
+                continue
+            except _Retry as retry:
+                failure = retry
+            attempt += 1
+            if attempt >= options.max_attempts:
+                raise self._give_up(failure, attempt) from None
+            wait = self._wait_seconds(attempt, failure)
+            if deadline is not None and time.monotonic() + wait >= deadline:
+                raise self._deadline_passed(failure.reason) from None
+            retrying(Retrying(self._shown, attempt, options.max_attempts, failure.reason, wait))
+            await asyncio.sleep(wait)
+
+    async def _guarded(
+        self, start: int, end: int, buffer: memoryview, *, first: bool, deadline: float | None
+    ) -> int:
+        """One attempt, cancelled when it falls below the throughput floor or the deadline.
+
+        Raises:
+            RequestTimeoutError: naming the bound that tripped; not retried, since a server
+                that is this slow for a whole window is not expected to recover at once.
+        """
+        options = self._options
+        meter = Meter()
+        window = options.throughput_window_seconds
+        floor = options.min_bytes_per_second * window
+        # One timer per window watches the attempt: when a bound trips it records why and
+        # cancels this task, which runs the attempt itself (see .selfcancel).
+        task = asyncio.current_task()
+        assert task is not None
+        loop = asyncio.get_running_loop()
+        tripped: list[RequestTimeoutError] = []
+        mark = meter.bytes
+        timer: asyncio.TimerHandle | None = None
+
+        def arm() -> asyncio.TimerHandle:
+            timeout = window if deadline is None else min(window, deadline - time.monotonic())
+            return loop.call_later(max(timeout, 0.0), check)
+
+        def check() -> None:
+            # Runs only while the attempt is suspended (the timer is cancelled when it ends),
+            # so the cancellation lands inside it.
+            nonlocal mark, timer
+            if deadline is not None and time.monotonic() >= deadline:
+                tripped.append(self._deadline_passed(f"{meter.bytes} bytes received by then"))
+            elif meter.bytes - mark < floor:
+                tripped.append(
+                    RequestTimeoutError(
+                        f"{self._shown}: bytes {start}-{end - 1} arrived at "
+                        f"{(meter.bytes - mark) / window:.0f} bytes/s over the last "
+                        f"{window:g} s, below min_bytes_per_second="
+                        f"{options.min_bytes_per_second:g}; the server is too slow or stalling",
+                        bound="min_bytes_per_second",
+                    )
+                )
+            else:
+                mark = meter.bytes
+                timer = arm()
+                return
+            task.cancel()
+
+        timer = arm()
+        try:
+            return await self._one_request(start, end, buffer, first=first, meter=meter)
+        except asyncio.CancelledError:
+            if tripped and withdraw_own_cancel(task):
+                raise tripped[0] from None
+            raise
+        finally:
+            assert timer is not None
+            timer.cancel()
+
+    def _deadline_passed(self, detail: str) -> RequestTimeoutError:
+        return RequestTimeoutError(
+            f"{self._shown}: the request did not finish within request_deadline_seconds="
+            f"{self._options.request_deadline_seconds:g} ({detail})",
+            bound="request_deadline_seconds",
+        )
+
+    def _wait_seconds(self, attempt: int, failure: _Retry) -> float:
+        if failure.wait_seconds is not None:
+            return failure.wait_seconds
+        ceiling = min(
+            self._options.backoff_max_seconds,
+            self._options.backoff_initial_seconds * 2 ** (attempt - 1),
+        )
+        return random.uniform(0, ceiling)
+
+    def _give_up(self, failure: _Retry, attempts: int) -> Exception:
+        via = f" (via {redact_url(self._data_url)})" if self._data_url != self._url else ""
+        message = f"{self._shown}{via}: {failure.reason} (gave up after {attempts} attempts)"
+        if failure.timed_out:
+            return RequestTimeoutError(message, bound="read_timeout_seconds")
+        return TransportError(message)
+
+    def _headers(self, start: int, end: int, *, first: bool) -> dict[str, str]:
+        # Credentials are for the URL the user named, never for where it redirected to (a CDN).
+        # So is the userinfo of the URL, sent as Basic auth unless an Authorization is given.
+        same_origin = self._data_url == self._url or _origin(self._data_url) == _origin(self._url)
+        headers = dict(self._options.headers) if same_origin else {}
+        if (
+            same_origin
+            and self._basic_auth
+            and not any(name.lower() == "authorization" for name in headers)
+        ):
+            headers["Authorization"] = self._basic_auth
+        headers["Range"] = ByteRange(start, end).header_value()
+        headers["Accept-Encoding"] = "identity"
+        if not first:
+            self._pin.add_conditions(headers)
+        return headers
+
+    # --- one request ----------------------------------------------------------------------------
+
+    async def _one_request(
+        self, start: int, end: int, buffer: memoryview, *, first: bool, meter: Meter
+    ) -> int:
+        """One attempt, through the transport :meth:`_transport` picks; on the first request,
+        the redirects that the transport leaves are followed here (at most 20 hops).
+
+        Every answer is judged from its head (:func:`.answer.decide`), which says where its body
+        goes: a 206 that matches the request into ``buffer``; a first 200 accepted whole into a
+        buffer of its own; any other body is discarded (a transport may read a small one to
+        keep its connection), and a head that cannot be used leaves its body unread.
+        """
+        transport = self._transport(first=first)
+        asked = Asked(start, end, first, transport.follows_redirects)
+        url = self._data_url
+        answers: list[tuple[Head, Decision | Exception]] = []  # the answer to the current hop
+        whole: list[bytearray] = []
+
+        def accept(head: Head) -> memoryview | Discard | None:
+            try:  # nothing may escape: the direct reader calls this from its protocol
+                self._limiter_of(url).observe(head.status, head.headers)
+                if head.url != url:  # the transport followed redirects
+                    self._data_url = head.url
+                if first:
+                    self.first_responses += [*head.hops, head.headers]
+                decision = decide(head, asked, self._pin, self._terms)
+            except Exception as exc:  # a head that cannot be used: its body stays unread
+                answers.append((head, exc))
+                return None
+            answers.append((head, decision))
+            if isinstance(decision, Partial):
+                if first:
+                    self._pin.adopt(decision.total, head.headers)
+                return buffer[: decision.length]
+            if isinstance(decision, Whole):
+                whole.append(bytearray(decision.length))
+                return memoryview(whole[-1])
+            if isinstance(decision, Empty) and decision.body:
+                return memoryview(bytearray())
+            return DISCARD
+
+        async with _turns(self._http()):
+            if first:
+                self.first_responses = []
+            for _ in range(_MAX_REDIRECTS + 1):
+                url = self._data_url
+                answers.clear()
+                try:
+                    body_read = await transport.get(
+                        url, self._headers(start, end, first=first), accept, meter
+                    )
+                except Interrupted as exc:
+                    # Only a 206's body went into the caller's buffer: a resume starts after
+                    # its bytes. A whole body, or one read only to keep the connection (an
+                    # error's, a redirect's), is asked for again.
+                    if exc.received and answers and isinstance(answers[-1][1], Partial):
+                        raise _Truncated(
+                            exc.received, exc.cut_reason, timed_out=exc.timed_out
+                        ) from None
+                    raise _Retry(exc.reason, timed_out=exc.timed_out) from None
+                except BodyTooLong as exc:
+                    at = 0 if whole else start  # a whole body is the file from its start
+                    raise BadResponseError(
+                        f"{self._shown}: the body for bytes {at}-{at + exc.length - 1} is longer "
+                        f"than the {exc.length} bytes that Content-Range announced"
+                    ) from None
+                except BadAnswer as exc:
+                    raise BadResponseError(f"{self._shown}: {exc.detail}") from None
+                head, decision = answers[-1]  # a transport shows every answer to accept
+                if isinstance(decision, Exception):
+                    raise decision
+                if isinstance(decision, Follow):
+                    self._data_url = decision.url
+                    continue
+                return self._conclude(decision, head, body_read, start, end, buffer, whole)
+        raise BadResponseError(
+            f"{self._shown}: more than {_MAX_REDIRECTS} redirects (a redirect loop?); last URL "
+            f"{redact_url(self._data_url)}"
+        )
+
+    def _conclude(
+        self,
+        decision: Decision,
+        head: Head,
+        body_read: bool,
+        start: int,
+        end: int,
+        buffer: memoryview,
+        whole: list[bytearray],
+    ) -> int:
+        """What a decided answer that is no redirect to follow gives: bytes, or an error."""
+        headers = head.headers
+        if isinstance(decision, Partial):
+            if not body_read:
+                raise BadResponseError(
+                    f"{self._shown}: the body announced for bytes {start}-{end - 1} "
+                    f"(Content-Length {headers.get('Content-Length')}, Transfer-Encoding "
+                    f"{headers.get('Transfer-Encoding')}) is longer than or differs from the "
+                    f"{min(end, self._pin.size or end) - start} bytes that Content-Range "
+                    "announced"
+                )
+            self._verified = True
+            return decision.length
+        if isinstance(decision, Whole):
+            if not body_read:
+                raise range_ignored(headers.get("Content-Length"), start, end, self._shown)
+            return self._use_whole_body(bytes(whole[0]), headers, start, end, buffer)
+        if isinstance(decision, Empty):
+            self._pin.adopt(0, headers)
+            return 0
+        if isinstance(decision, Retry):
+            if decision.moved:
+                self._verified = False  # the URL moved: let a transport that follows it go
+            raise _Retry(decision.reason, decision.wait_seconds)
+        if isinstance(decision, Reresolve):
+            raise _Reresolve(decision.status, head.url)
+        if isinstance(decision, Refused):
+            raise self._status_error(decision.status, head.url, headers)
+        assert isinstance(decision, Failed), decision
+        raise decision.error
+
+    def _status_error(
+        self, status: int, url: str, headers: ResponseHeaders | None = None
+    ) -> Exception:
+        """The error for an answer ``status`` (a source may word its own, see HubSource)."""
+        return status_error(status, url, headers, self._shown)
+
+    def _use_whole_body(
+        self, body: bytes, headers: ResponseHeaders, start: int, end: int, buffer: memoryview
+    ) -> int:
+        """Keep a whole file's body (accepted below the limit) and serve ``[start, end)``."""
+        self._pin.adopt(len(body), headers)
+        self._whole_body = body
+        count = min(end, len(body)) - start
+        buffer[:count] = body[start : start + count]
+        return count
+
+
+def _origin(url: str) -> tuple[str, str]:
+    parts = urlsplit(url)
+    return parts.scheme.lower(), parts.netloc.lower()
+
+
+def _split_userinfo(url: str) -> tuple[str, str | None]:
+    """``url`` without ``user:password@``, and that userinfo as a Basic ``Authorization`` value.
+
+    The credentials go to the URL's own origin only (see ``HttpSource._headers``), never to a
+    redirect target, and never appear in messages.
+    """
+    parts = urlsplit(url)
+    user, at, host = parts.netloc.rpartition("@")
+    if not at:
+        return url, None
+    name, _, password = user.partition(":")
+    token = base64.b64encode(f"{unquote(name)}:{unquote(password)}".encode()).decode("ascii")
+    return urlunsplit((parts.scheme, host, parts.path, parts.query, parts.fragment)), (
+        f"Basic {token}"
+    )
