@@ -270,7 +270,7 @@ def scan_bag(
     concurrency: int | None = None,
     **open_model_kwargs: Any,
 ) -> db.Bag:
-    """:func:`remotetensors.scan` as a Dask bag of :class:`~remotetensors.scan.ScanResult`.
+    """:func:`remotetensors.scan` as a Dask bag of :class:`~remotetensors.models.scan.ScanResult`.
 
     Each partition of ``partition_size`` locations is scanned by one worker with ``scan``
     (``concurrency`` models at once); its requests go through that worker process's per-host

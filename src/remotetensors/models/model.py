@@ -100,7 +100,7 @@ class AsyncModel:
                 file.on_open = functools.partial(self._file_opened, name)
 
     def _file_opened(self, name: str, real: FileIndex) -> None:
-        """A lazily opened shard (see :mod:`.hub_onecall`) now has its final offsets."""
+        """A lazily opened shard (see :mod:`..reading.hub_onecall`) now has its final offsets."""
         files = {**self.index.files, name: real}
         real_rows = real.tensors.rows()
         rows = {
@@ -150,7 +150,7 @@ class AsyncModel:
 
     @property
     def true_count(self) -> ParameterCount:
-        """The true count: each tensor's role and logical size (see :mod:`.quantization`)."""
+        """The true count: each tensor's role and logical size (see :mod:`..quantization`)."""
         if self._true_count is None:
             configs = self.configs
             count = count_parameters(
@@ -246,7 +246,8 @@ class AsyncModel:
         self, context: int | None = None, *, batch: int = 1, kv_dtype: str | None = None
     ) -> MemoryEstimate:
         """Memory to serve the model: weights as stored, plus the KV cache for ``batch``
-        sequences of ``context`` tokens (see :func:`remotetensors.memory.estimate_memory`).
+        sequences of ``context`` tokens (see
+        :func:`remotetensors.quantization.memory.estimate_memory`).
 
         Args:
             context: tokens per sequence; ``None`` takes the config's maximum length.

@@ -116,7 +116,7 @@ async def summarise(location: str, **open_model_kwargs: Any) -> ModelSummary:
     """Open the model at ``location``, summarise it, close it.
 
     Raises:
-        whatever :func:`~remotetensors.model.load_model` raises.
+        whatever :func:`~remotetensors.models.model.load_model` raises.
     """
     model = await load_model(location, **open_model_kwargs)
     try:
@@ -195,7 +195,7 @@ async def scan_async(
         locations: any iterable (a generator, a file's lines, an async iterable): consumed
             lazily.
         concurrency: models open at once.
-        open_model_kwargs: passed to :func:`~remotetensors.model.load_model` (``token``,
+        open_model_kwargs: passed to :func:`~remotetensors.models.model.load_model` (``token``,
             ``revision``, ``storage_options``, ``options``, ``http_options``). Progress bars of
             single models are off unless ``options`` asks for them.
 

@@ -475,7 +475,7 @@ def open_model(
     http_options: HttpOptions | None = None,
     framework: str = "numpy",
 ) -> Model:
-    """Open a model (see :func:`remotetensors.model.load_model` for the arguments)."""
+    """Open a model (see :func:`remotetensors.models.model.load_model` for the arguments)."""
     return Model(
         run_sync(
             load_model(
