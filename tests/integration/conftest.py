@@ -1,11 +1,13 @@
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.hub_standin import HubStandIn
+from tests.rawservers import RawServer, Reply, Request
 from tests.servers import FaultyServer, Log, static_server
 
 
@@ -59,3 +61,33 @@ def hub() -> Iterator[HubStandIn]:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture
+def serve() -> Iterator[Callable[..., RawServer]]:
+    """Start raw servers on free loopback ports; all are stopped after the test."""
+    started: list[RawServer] = []
+
+    def start(handler: Callable[[Request, int], Reply], **kwargs: Any) -> RawServer:
+        server = RawServer(handler, **kwargs)
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        server.stop()
+
+
+@pytest.fixture(params=["direct", "direct, bodies in threads", "httpx"])
+def data_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Run a case with data bodies read directly into arrays (by the loop, and by worker
+    threads as large bodies are), and through httpx alone (a module asks for it with
+    ``pytestmark = pytest.mark.usefixtures("data_path")``)."""
+    if request.param == "httpx":
+        # A configured proxy turns the direct reader off; pretend there is one.
+        monkeypatch.setattr("remotetensors.sources.http.client.proxy_in_environment", lambda: True)
+        return "httpx"
+    if request.param == "direct, bodies in threads":
+        # Every body left after its head goes to a thread, however small.
+        monkeypatch.setattr("remotetensors.sources.http.direct.THREAD_BODY_BYTES", 1)
+    return "direct"

@@ -13,7 +13,7 @@ import os
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,19 +28,6 @@ from tests.hub_standin import LFS_THRESHOLD, HubStandIn
 from tests.integration.test_models import check_model, sharded
 from tests.rawservers import RawServer, Reply, Request, head, partial
 from tests.reference import write_reference
-
-
-@pytest.fixture
-def serve() -> Iterator[Callable[..., RawServer]]:
-    started: list[RawServer] = []
-
-    def start(handler: Callable[[Request, int], Reply]) -> RawServer:
-        started.append(RawServer(handler))
-        return started[-1]
-
-    yield start
-    for server in started:
-        server.stop()
 
 
 def files_handler(files: dict[str, bytes]) -> Callable[[Request, int], Reply]:

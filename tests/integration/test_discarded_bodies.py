@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 
@@ -23,27 +23,8 @@ DATA = bytes(range(256)) * 64
 FAST = rt.HttpOptions(backoff_initial_seconds=0.01, backoff_max_seconds=0.02, max_attempts=3)
 
 
-@pytest.fixture(autouse=True, params=["direct", "direct, bodies in threads", "httpx"])
-def data_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    if request.param == "httpx":
-        monkeypatch.setattr("remotetensors.sources.http.client.proxy_in_environment", lambda: True)
-        return "httpx"
-    if request.param == "direct, bodies in threads":
-        monkeypatch.setattr("remotetensors.sources.http.direct.THREAD_BODY_BYTES", 1)
-    return "direct"
-
-
-@pytest.fixture
-def serve() -> Iterator[Callable[[Callable[[Request, int], Reply]], RawServer]]:
-    started: list[RawServer] = []
-
-    def start(handler: Callable[[Request, int], Reply]) -> RawServer:
-        started.append(RawServer(handler))
-        return started[-1]
-
-    yield start
-    for server in started:
-        server.stop()
+# Every case runs on each data path (see conftest.py).
+pytestmark = pytest.mark.usefixtures("data_path")
 
 
 def cut_body(status: str, fields: list[tuple[str, str]]) -> Callable[[socket.socket], bool]:

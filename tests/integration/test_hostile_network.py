@@ -36,18 +36,8 @@ FAST = rt.HttpOptions(
 WINDOW = rt.ReadOptions().header_window_bytes
 
 
-@pytest.fixture(autouse=True, params=["direct", "direct, bodies in threads", "httpx"])
-def data_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Run every case with data bodies read directly into arrays (by the loop, and by worker
-    threads as large bodies are), and through httpx alone."""
-    if request.param == "httpx":
-        # A configured proxy turns the direct reader off; pretend there is one.
-        monkeypatch.setattr("remotetensors.sources.http.client.proxy_in_environment", lambda: True)
-        return "httpx"
-    if request.param == "direct, bodies in threads":
-        # Every body left after its head goes to a thread, however small.
-        monkeypatch.setattr("remotetensors.sources.http.direct.THREAD_BODY_BYTES", 1)
-    return "direct"
+# Every case runs on each data path (see conftest.py).
+pytestmark = pytest.mark.usefixtures("data_path")
 
 
 @pytest.fixture(autouse=True)
@@ -61,21 +51,6 @@ def quiet(capfd: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture) -
         assert noise not in err, err
     loud = [r for r in caplog.records if r.levelno >= 30]
     assert not loud, [r.getMessage() for r in loud]
-
-
-@pytest.fixture
-def serve() -> Iterator[Callable[..., RawServer]]:
-    """Start raw servers on free loopback ports; all are stopped after the test."""
-    started: list[RawServer] = []
-
-    def start(handler: Callable[[Request, int], Reply], **kwargs: Any) -> RawServer:
-        server = RawServer(handler, **kwargs)
-        started.append(server)
-        return server
-
-    yield start
-    for server in started:
-        server.stop()
 
 
 def model(seed: int) -> tuple[bytes, np.ndarray]:
