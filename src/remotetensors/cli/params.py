@@ -22,7 +22,7 @@ def run(args: argparse.Namespace) -> int:
     from ..views.reports import params_report, params_text
 
     if scan.is_scan(args):
-        return scan.run(args, open_options(args), print_table)
+        return scan.run(args, open_options(args))
     args.location = args.location[0]
     with opened(args) as model:
         report = params_report(model)

@@ -16,10 +16,11 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from ..options import DEFAULT_SCAN_CONCURRENCY, ReadOptions
 from ..views.display import human_bytes, human_count
+from .table import print_table
 
 if TYPE_CHECKING:
     import argparse
-    from collections.abc import Callable, Iterator
+    from collections.abc import Iterator
 
     from ..models.scan import ScanResult
 
@@ -52,11 +53,7 @@ def read_locations(stream: TextIO) -> Iterator[str]:
             yield text
 
 
-def run(
-    args: argparse.Namespace,
-    open_kwargs: dict[str, Any],
-    print_table: Callable[..., None],
-) -> int:
+def run(args: argparse.Namespace, open_kwargs: dict[str, Any]) -> int:
     """Scan the locations of ``args`` with ``open_kwargs`` (the command line's shared options,
     as ``open_model`` keywords); returns the exit status (0 all succeeded, 1 otherwise).
 
@@ -78,7 +75,6 @@ def run(
         return _report(
             scan(locations, concurrency=args.models_at_once, **kwargs),
             as_json=args.json,
-            print_table=print_table,
         )
     finally:
         if stream is not None and stream is not sys.stdin:
@@ -90,12 +86,7 @@ def _chain(first: list[str], rest: Iterator[str]) -> Iterator[str]:
     yield from rest
 
 
-def _report(
-    results: Iterator[ScanResult],
-    *,
-    as_json: bool,
-    print_table: Callable[..., None],
-) -> int:
+def _report(results: Iterator[ScanResult], *, as_json: bool) -> int:
     bar = _bar()
     rows: list[list[str]] = []
     done = failed = 0

@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from ..reading.progress import Progress
     from ..sources.resolve import Place
 
-__all__ = ["INDEX_FILE", "SINGLE_FILE", "Discovered", "close_files", "discover", "read_index"]
+__all__ = ["INDEX_FILE", "SINGLE_FILE", "Discovered", "close_files", "discover"]
 
 log = logging.getLogger(__name__)
 
@@ -109,7 +109,7 @@ async def discover(
         if name is None:
             files, index = await _at_folder(location, place, opened, options, framework)
         elif name.endswith(".json"):
-            shard_index = await read_index(place, name)
+            shard_index = await _read_shard_index(place, name)
             files, index = await _sharded(place, shard_index, opened, options, framework)
         elif (parts := split_names(name)) is not None:
             files, index = await _gguf(place, parts, opened, options, framework)
@@ -165,7 +165,7 @@ async def _at_folder(
     single_task = asyncio.ensure_future(_open(place, SINGLE_FILE, opened, options, framework))
     meta_task = asyncio.ensure_future(hub_onecall.ask(call, INDEX_FILE)) if call else None
     index_task = (
-        None if call and call.alone else asyncio.ensure_future(read_index(place, INDEX_FILE))
+        None if call and call.alone else asyncio.ensure_future(_read_shard_index(place, INDEX_FILE))
     )
     tasks = [t for t in (single_task, meta_task, index_task) if t is not None]
     try:
@@ -196,7 +196,7 @@ async def _at_folder(
                 raise single_error
             else:
                 try:  # the endpoint failed: read the index after all (one more round)
-                    shard_index = await read_index(place, INDEX_FILE)
+                    shard_index = await _read_shard_index(place, INDEX_FILE)
                 except RemoteTensorsError as exc:
                     index_error = exc
     if shard_index is not None:
@@ -276,7 +276,7 @@ async def _gguf(
     return files, join_parts(files)
 
 
-async def read_index(place: Place, name: str) -> ShardIndex:
+async def _read_shard_index(place: Place, name: str) -> ShardIndex:
     """Fetch an index file (one request when it fits the window) and parse it."""
     source = place.open(name)
     try:
