@@ -32,6 +32,7 @@ class Entry:
     status: int
     sent_bytes: int
     headers: dict[str, str] = field(default_factory=dict)
+    ended: bool = False  # the handler has returned (a stalled one outlives its client)
 
 
 class Log:
@@ -196,10 +197,18 @@ class FaultyServer:
         return await self._serve_file(request)
 
     async def _serve_file(self, request: web.Request) -> web.StreamResponse:
-        name = request.match_info["name"]
         rng = request.headers.get("Range")
         entry = Entry(request.path, rng, 0, 0, dict(request.headers))
         self.log.entries.append(entry)
+        try:
+            return await self._answer(request, entry, rng)
+        finally:
+            entry.ended = True
+
+    async def _answer(
+        self, request: web.Request, entry: Entry, rng: str | None
+    ) -> web.StreamResponse:
+        name = request.match_info["name"]
         if name not in self.files:
             entry.status = 404
             return web.Response(status=404, text="no such file")
@@ -213,6 +222,9 @@ class FaultyServer:
             return web.Response(status=int(fault), headers=headers, text=f"fault {fault}")
         if fault == "stall":
             await asyncio.sleep(5)
+            if request.transport is None or request.transport.is_closing():
+                entry.status = 499  # the client left while the answer was held back
+                return web.Response(status=499)
         if_match = request.headers.get("If-Match")
         if self.honour_if_match and if_match is not None and if_match != etag:
             entry.status = 412
@@ -263,10 +275,10 @@ class FaultyServer:
         entry.status = status
         response = web.StreamResponse(status=status, headers=headers)
         response.content_length = declared if declared is not None else len(body)
-        await response.prepare(request)
         end = len(body) if cut_at is None else cut_at
         chunk = 256 * 1024
         try:
+            await response.prepare(request)
             for offset in range(0, end, chunk):
                 piece = body[offset : min(end, offset + chunk)]
                 # Counted when handed over: the client can hold all of it before write() returns.

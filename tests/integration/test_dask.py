@@ -193,7 +193,9 @@ def test_worker_killed_mid_read_is_retried_and_exact(client: Any, faulty: Faulty
     result = future.result(timeout=60)
     assert same_bits(result, expected("f8"))
     stalled = faulty.log.for_path(shard)[1]
-    while stalled.status == 0 and time.monotonic() < deadline:  # let the server's handler end
+    ends = time.monotonic() + 30
+    while not stalled.ended:  # let the server's handler end before the server stops
+        assert time.monotonic() < ends, "the stalled handler never ended"
         time.sleep(0.05)
 
 
