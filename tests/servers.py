@@ -157,6 +157,9 @@ class FaultyServer:
         self.gzip_when_offered = False
         self._signature = 0
         self.redirects = 0
+        self.hold_seconds = 0.0  # every file answer waits so long: concurrent requests overlap
+        self.in_flight = 0
+        self.peak_in_flight = 0  # the most file requests handled at once
         app = web.Application()
         app.router.add_get("/f/{name:.+}", self._serve_file)
         app.router.add_get("/redirect/{name:.+}", self._redirect)
@@ -200,9 +203,14 @@ class FaultyServer:
         rng = request.headers.get("Range")
         entry = Entry(request.path, rng, 0, 0, dict(request.headers))
         self.log.entries.append(entry)
+        self.in_flight += 1  # handlers all run on the server's one loop: no lock needed
+        self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
         try:
+            if self.hold_seconds:
+                await asyncio.sleep(self.hold_seconds)
             return await self._answer(request, entry, rng)
         finally:
+            self.in_flight -= 1
             entry.ended = True
 
     async def _answer(

@@ -169,6 +169,12 @@ class FileClosedError(DropInError, ValueError):
     """A call on a file or model after its context was closed."""
 
 
+class ShardNotOpenedError(RemoteTensorsError, RuntimeError):
+    """A call that needs a shard's final offsets before they are known: a shard known from the
+    hub's metadata endpoint reads its 8-byte length on its first data read, and a synchronous
+    call such as ``to_dask`` cannot wait for it (``await model.open_shards(names)`` first)."""
+
+
 class LocationError(RemoteTensorsError, ValueError):
     """A location that cannot be understood: a malformed ``hf://`` URL, an unknown protocol."""
 

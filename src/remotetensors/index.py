@@ -102,7 +102,8 @@ class TensorTable(Mapping[str, TensorInfo]):
     def __init__(
         self, rows: dict[str, Row], *, file: str | None = None, by_name: bool = False
     ) -> None:
-        """Take ``rows`` over (not copied: nobody may change it afterwards).
+        """Take ``rows`` over (not copied: nobody may change it afterwards, but
+        :meth:`move_offsets`).
 
         Args:
             rows: name -> row.
@@ -166,6 +167,31 @@ class TensorTable(Mapping[str, TensorInfo]):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (_table, (self._rows, self._file, self._by_name))
+
+    def move_offsets(self, file: str, rows: Mapping[str, Row]) -> int:
+        """Give the tensors of ``file`` the offsets that ``rows`` (that file's own) say, in place.
+
+        The one change a table takes: a shard known from the hub's metadata endpoint has
+        provisional offsets until its 8-byte length is read, and only its starts and ends move
+        (names, dtypes and shapes stay). Done in place, it costs the shard's own rows: a model
+        that opens its shards one by one stays linear in its tensors, where building the whole
+        table again for each shard was quadratic. Infos made before are made again on access.
+
+        Returns:
+            how many rows moved (the shard's tensors that this table holds in ``file``).
+        """
+        own = self._rows
+        moved = 0
+        for name, row in rows.items():
+            current = own.get(name)
+            if current is None:
+                continue
+            if (current[ROW_FILE] if self._file is None else self._file) != file:
+                continue  # the weight map puts this name in another file (an unmapped copy)
+            own[name] = placed(row, file)
+            self._infos.pop(name, None)
+            moved += 1
+        return moved
 
     def rows(self) -> Mapping[str, Row]:
         """The rows, read-only, in the table's order (with their file as :meth:`get` says)."""

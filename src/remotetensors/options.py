@@ -27,7 +27,8 @@ class ReadOptions:
         max_gap_bytes: largest hole between wanted byte ranges that is fetched to save a request.
         part_size_bytes: largest single request; bigger ranges are split and fetched
             concurrently.
-        max_concurrency: requests in flight at once.
+        max_concurrency: requests in flight at once, for one file, or for a whole model (its
+            shards share one budget), whatever number of calls run concurrently.
         progress: show tqdm bars for downloads and shard scans that take more than a second;
             None (the default) shows them when stderr is a terminal.
         read_configs: models only: ask for ``config.json`` and ``quantization_config.json``

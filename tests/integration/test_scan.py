@@ -467,3 +467,49 @@ def test_lazy_shards_serve_dask_after_their_length_is_read(hub_env: HubStandIn) 
         name = "model.layers.2.mlp.weight"
         array = model.to_dask([name])[name].compute()  # type: ignore[no-untyped-call]
         assert array.tobytes() == tensors[name].tobytes()
+
+
+def test_opening_many_lazy_shards_moves_only_their_own_rows(
+    hub_env: HubStandIn, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    files, tensors = sharded(shards=40, layers_per_shard=3)
+    hub_env.add("org/a", files)
+    hub_env.add("org/b", files)
+    rt.open_model("hf://org/a", options=NO_CONFIGS).close()  # learn the endpoint
+    built = []  # rows of every table made while the shards open
+    original = rt.index.TensorTable.__init__
+
+    def counting(self: Any, rows: dict[str, Any], **kwargs: Any) -> None:
+        built.append(len(rows))
+        original(self, rows, **kwargs)
+
+    with rt.open_model("hf://org/b", options=NO_CONFIGS) as model:
+        monkeypatch.setattr(rt.index.TensorTable, "__init__", counting)
+        arrays = model.get_tensors("*")  # opens the 40 shards, one by one
+        monkeypatch.undo()
+        for name, array in arrays.items():
+            assert array.tobytes() == tensors[name].tobytes()
+        for name, info in model.tensors.items():  # the model's offsets are the files' own
+            assert info.start == model.index.files[str(info.file)].tensors[name].start
+    # Each shard's own table is made once (its offsets moved); the model's is never made again
+    # (it was: every tensor of the model once per shard, 40 x 121 rows).
+    assert sum(built) <= len(tensors)
+
+
+async def test_an_async_models_unopened_shard_asks_for_open_shards_before_to_dask(
+    hub_env: HubStandIn,
+) -> None:
+    pytest.importorskip("dask")
+    files, tensors = sharded(shards=2)
+    hub_env.add("org/a", files)
+    hub_env.add("org/b", files)
+    async with rt.open_model_async("hf://org/a", options=NO_CONFIGS):
+        pass  # learn the endpoint
+    async with rt.open_model_async("hf://org/b", options=NO_CONFIGS) as model:
+        name = "model.layers.2.mlp.weight"
+        with pytest.raises(rt.ShardNotOpenedError, match=r"open_shards") as caught:
+            model.to_dask([name])
+        assert not isinstance(caught.value, rt.FileClosedError)  # the file is open
+        await model.open_shards([name])
+        array = await asyncio.to_thread(model.to_dask([name])[name].compute)
+        assert array.tobytes() == tensors[name].tobytes()

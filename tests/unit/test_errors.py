@@ -77,6 +77,7 @@ PUBLIC_NAMES = {
     "RemoteFileChangedError",
     "RemoteTensorsError",
     "RequestTimeoutError",
+    "ShardNotOpenedError",
     "SliceError",
     "TensorInfo",
     "TensorNotFoundError",

@@ -8,6 +8,7 @@ the stack to the :class:`AsyncModel` it builds, which closes it in ``aclose``.
 
 from __future__ import annotations
 
+import asyncio
 import fnmatch
 import functools
 import os
@@ -23,7 +24,7 @@ from ..errors import (
     TensorNotFoundError,
     did_you_mean,
 )
-from ..index import ROW_FILE, FileIndex, ModelIndex, TensorInfo, TensorTable, placed
+from ..index import FileIndex, ModelIndex, TensorInfo
 from ..options import DEFAULT_CHUNK_BYTES, ReadOptions
 from ..quantization import (
     LogicalTensor,
@@ -98,16 +99,20 @@ class AsyncModel:
         for name, file in self._files.items():
             if isinstance(file, LazyTensorFile):
                 file.on_open = functools.partial(self._file_opened, name)
+        if self._files:
+            # ReadOptions.max_concurrency is the model's budget: a read over many shards, or
+            # many reads at once, keep that many requests in flight in all, not that many each.
+            first = next(iter(self._files.values()))
+            budget = asyncio.Semaphore(first.read_options.max_concurrency)
+            for file in self._files.values():
+                file.share_in_flight(budget)
 
     def _file_opened(self, name: str, real: FileIndex) -> None:
         """A lazily opened shard (see :mod:`..reading.hub_onecall`) now has its final offsets."""
+        tensors = self.index.tensors
+        tensors.move_offsets(name, real.tensors.rows())  # that shard's rows only, in place
         files = {**self.index.files, name: real}
-        real_rows = real.tensors.rows()
-        rows = {
-            n: (placed(real_rows[n], name) if row[ROW_FILE] == name else row)
-            for n, row in self.index.tensors.rows().items()
-        }
-        self.index = ModelIndex(files, TensorTable(rows), self.index.metadata, self.index.unmapped)
+        self.index = ModelIndex(files, tensors, self.index.metadata, self.index.unmapped)
 
     async def open_shards(self, names: str | Iterable[str]) -> None:
         """Make the offsets of the shards holding ``names`` final (shards known from the hub's
@@ -407,7 +412,7 @@ async def load_model(
         revision: the hub revision (overrides ``@rev``).
         token: the hub token (see :func:`remotetensors.sources.hub.repo.resolve_token`).
         storage_options: passed to fsspec untouched.
-        options: header window, gap, part size and concurrency (per file).
+        options: header window, gap, part size and concurrency (one budget for the model).
         http_options: timeouts, retries, headers.
         framework: ``"numpy"`` or ``"pt"``.
         client: a client to share with other models (a scan does; see

@@ -2,7 +2,8 @@
 
 Each requested range has a destination buffer. Bytes already held in memory (the first window of
 the file) are copied from there; the rest is planned by :func:`~remotetensors.ranges.plan_reads`
-and fetched part by part, at most ``max_concurrency`` at once. A part that is exactly one
+and fetched part by part, at most ``max_concurrency`` at once (a budget that a file, or a
+model, shares between all of its calls). A part that is exactly one
 destination's bytes is read straight into it; any other part (bridging a gap, or serving several
 requests) goes through a temporary buffer of at most ``part_size_bytes`` and is copied out.
 """
@@ -39,14 +40,17 @@ async def fetch_into(
     *,
     options: ReadOptions,
     cached_prefix: bytes | bytearray = b"",
+    in_flight: asyncio.Semaphore | None = None,
 ) -> None:
     """Fill every target's buffer with its bytes of the file.
 
     Args:
         source: where the bytes come from.
         targets: ranges and their destinations, in any order; ranges may overlap.
-        options: gap, part size and concurrency limits.
+        options: gap and part size limits, and the concurrency of a call given no budget.
         cached_prefix: bytes ``[0, len(cached_prefix))`` of the file, already in memory.
+        in_flight: the budget of requests in flight that this call shares with others (the
+            file's or the model's); by default one of ``options.max_concurrency`` of its own.
 
     Raises:
         whatever the source raises; on error, the remaining reads are cancelled.
@@ -59,7 +63,7 @@ async def fetch_into(
         max_gap_bytes=options.max_gap_bytes,
         part_size_bytes=options.part_size_bytes,
     )
-    limit = asyncio.Semaphore(options.max_concurrency)
+    limit = in_flight if in_flight is not None else asyncio.Semaphore(options.max_concurrency)
     enabled = wanted(options.progress)
     shown = bar(
         total=plan.fetched_bytes,

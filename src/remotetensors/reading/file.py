@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -50,6 +51,19 @@ class AsyncTensorFile:
         self._options = options
         self._framework = check_framework(framework)
         self._closed = False
+        # One budget of requests in flight for every call on this file (or, once a model
+        # shares its own, on every file of the model): concurrent calls do not multiply it.
+        self._in_flight = asyncio.Semaphore(options.max_concurrency)
+
+    @property
+    def read_options(self) -> ReadOptions:
+        """How this file is read (gap, part size, concurrency)."""
+        return self._options
+
+    def share_in_flight(self, budget: asyncio.Semaphore) -> None:
+        """Count this file's requests in flight against ``budget`` (a model's, shared by its
+        files) instead of the file's own."""
+        self._in_flight = budget
 
     def _set_index(self, index: FileIndex) -> None:
         self._index = index
@@ -250,7 +264,13 @@ class AsyncTensorFile:
 
     async def _fetch(self, targets: list[Target]) -> None:
         self._check_open()
-        await fetch_into(self._source, targets, options=self._options, cached_prefix=self._prefix)
+        await fetch_into(
+            self._source,
+            targets,
+            options=self._options,
+            cached_prefix=self._prefix,
+            in_flight=self._in_flight,
+        )
 
     # --- lifetime ------------------------------------------------------------------------------
 

@@ -22,7 +22,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..errors import FileClosedError, HeaderError, HeaderErrorKind
+from ..errors import HeaderError, HeaderErrorKind, ShardNotOpenedError
 from ..formats.hub_metadata import ShardedMetadata, parse_sharded_metadata
 from ..formats.safetensors import PREFIX_BYTES, header_length, rebase
 from ..index import ROW_FILE, FileIndex, ModelIndex, Row, TensorInfo, TensorTable, placed
@@ -213,9 +213,10 @@ class LazyTensorFile(AsyncTensorFile):
 
     def to_dask(self, name: str, *, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> Any:
         if not self.opened:
-            raise FileClosedError(
-                f"{self.location}: the shard's offsets are not final yet; await "
-                "model.open_shards(names) before to_dask (the sync Model does it for you)"
+            raise ShardNotOpenedError(
+                f"{self.location}: the shard's offsets are not final until its 8-byte length "
+                "is read; await model.open_shards(names) before to_dask (the sync Model does it "
+                "for you)"
             )
         return super().to_dask(name, chunk_bytes=chunk_bytes)
 
