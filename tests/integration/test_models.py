@@ -107,8 +107,16 @@ def test_weight_map_naming_a_missing_tensor_is_a_clear_error(tmp_path: Path) -> 
     files["model.safetensors.index.json"] = json.dumps(index).encode()
     for name, data in files.items():
         (tmp_path / name).write_bytes(data)
-    with pytest.raises(rt.HeaderError, match=r"ghost\.weight"):
+    with pytest.raises(rt.HeaderError, match=r"ghost\.weight") as caught:
         rt.open_model(tmp_path)
+    assert "model.safetensors.index.json" in str(caught.value)
+    # An index of another name (diffusers') is the one named.
+    diffusers = tmp_path / "diffusion_pytorch_model.safetensors.index.json"
+    (tmp_path / "model.safetensors.index.json").rename(diffusers)
+    with pytest.raises(rt.HeaderError, match=r"ghost\.weight") as caught:
+        rt.open_model(diffusers)
+    assert diffusers.name in str(caught.value)
+    assert "/model.safetensors.index.json" not in str(caught.value)
 
 
 def test_tensors_absent_from_the_weight_map_are_reported(tmp_path: Path) -> None:

@@ -110,7 +110,7 @@ async def discover(
             files, index = await _at_folder(location, place, opened, options, framework)
         elif name.endswith(".json"):
             shard_index = await _read_shard_index(place, name)
-            files, index = await _sharded(place, shard_index, opened, options, framework)
+            files, index = await _sharded(place, shard_index, name, opened, options, framework)
         elif (parts := split_names(name)) is not None:
             files, index = await _gguf(place, parts, opened, options, framework)
         else:
@@ -201,7 +201,7 @@ async def _at_folder(
                     index_error = exc
     if shard_index is not None:
         log.debug("%s: header phase from range reads of the index and shards", location)
-        return await _sharded(place, shard_index, opened, options, framework)
+        return await _sharded(place, shard_index, INDEX_FILE, opened, options, framework)
     assert index_error is not None
     names = await _gguf_instead(location, place, single_error, index_error)
     return await _gguf(place, names, opened, options, framework)
@@ -292,12 +292,14 @@ async def _read_shard_index(place: Place, name: str) -> ShardIndex:
 async def _sharded(
     place: Place,
     shard_index: ShardIndex,
+    index_name: str,
     opened: list[AsyncTensorFile],
     options: ReadOptions,
     framework: str,
 ) -> _Weights:
     """A sharded model: every shard's header concurrently, each shard's first window sized
     from the tensors the index puts there; then the index routes each tensor to its shard.
+    ``index_name`` is the index file's name (named in errors).
 
     Raises:
         HeaderError: the weight map puts a tensor in a shard that does not hold it.
@@ -327,7 +329,7 @@ async def _sharded(
                 HeaderErrorKind.INVALID_TENSOR_INFO,
                 f"the weight map puts tensor `{tensor}` in {file}, but that file has no such "
                 "tensor",
-                location=redact_url(place.location(INDEX_FILE)),
+                location=redact_url(place.location(index_name)),
             )
         rows[tensor] = placed(row, file)
     unmapped = tuple(
