@@ -18,6 +18,9 @@ from __future__ import annotations
 
 import enum
 import importlib
+import os
+import sys
+import warnings
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -260,3 +263,23 @@ class ConfigWarning(RemoteTensorsError, UserWarning):
     """A warning, not an error: a config that cannot be used as it is (not JSON, an unknown
     quantization method, one that contradicts the tensors). The model still opens and is
     counted from its tensors; the message names the file."""
+
+
+_PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def warn_at_caller(warning: Warning) -> None:
+    """Issue ``warning`` from the first frame outside this package: the user's line that opened
+    the model, so ``warnings.filterwarnings(..., module=...)`` and the printed location name
+    their code, not ours (what ``skip_file_prefixes`` does from Python 3.12 on).
+
+    Call it in the caller's thread (a warning issued on the IO thread has no user frame: it
+    would point at the event loop); where no frame outside the package is found, the warning
+    names the frame that called this function's caller.
+    """
+    frame = sys._getframe(1)  # the function that called this one
+    level = 2  # warnings.warn's stacklevel that names that frame
+    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE):
+        frame = frame.f_back  # type: ignore[assignment]
+        level += 1
+    warnings.warn(warning, stacklevel=level if frame is not None else 3)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import warnings
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import replace
@@ -284,6 +285,31 @@ def test_config_that_is_not_json_warns_naming_the_file(tmp_path: Path) -> None:
         # No config: the layout is still recognised, widths inferred from the siblings.
         assert model.config is None
         assert model.num_parameters == q.float_count(ARCH)
+
+
+def test_config_warnings_name_the_users_line_sync_and_async(tmp_path: Path) -> None:
+    spec, config = q.gptq(ARCH)
+    files = q.files_for(spec, config)
+    files["config.json"] = b"{not json"
+    for name, data in files.items():
+        (tmp_path / name).write_bytes(data)
+    with pytest.warns(rt.ConfigWarning) as caught:
+        rt.open_model(tmp_path).close()
+    assert [Path(w.filename).name for w in caught] == [Path(__file__).name]
+
+    async def opened() -> None:
+        async with rt.open_model_async(tmp_path):
+            pass
+        await (await rt.open_model_async(tmp_path)).aclose()
+
+    with pytest.warns(rt.ConfigWarning) as caught:
+        asyncio.run(opened())
+    assert [Path(w.filename).name for w in caught] == [Path(__file__).name] * 2
+    # So a filter on the user's module silences them (it matched asyncio's before).
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        warnings.filterwarnings("ignore", category=rt.ConfigWarning, module=__name__)
+        rt.open_model(tmp_path).close()
 
 
 def test_gptq_config_over_float_weights_warns(tmp_path: Path) -> None:

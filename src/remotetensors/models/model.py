@@ -12,7 +12,6 @@ import asyncio
 import fnmatch
 import functools
 import os
-import warnings
 from contextlib import AsyncExitStack
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, overload
@@ -23,6 +22,7 @@ from ..errors import (
     RemoteTensorsError,
     TensorNotFoundError,
     did_you_mean,
+    warn_at_caller,
 )
 from ..index import FileIndex, ModelIndex, TensorInfo
 from ..options import DEFAULT_CHUNK_BYTES, ReadOptions
@@ -425,6 +425,9 @@ async def load_model(
         AmbiguousModelError: no safetensors model, and several GGUF models (named).
         HeaderError: an index or header is malformed, or a tensor of the weight map is missing
             from its shard.
+
+    Config problems are not warned of here (this may run on the IO thread): the openers
+    call :func:`warn_problems` in their caller's thread.
     """
     options = options or ReadOptions()
     text = os.fspath(location)
@@ -454,8 +457,19 @@ async def load_model(
     except BaseException:
         await stack.aclose()
         raise
+    return model
+
+
+def warn_problems(model: AsyncModel) -> None:
+    """Warn (:class:`ConfigWarning`) of each config problem found while opening ``model``,
+    from the user's line: called by the openers in the caller's thread, not on the IO loop."""
     for problem in model.true_count.problems:
-        warnings.warn(ConfigWarning(problem), stacklevel=2)
+        warn_at_caller(ConfigWarning(problem))
+
+
+async def _load_and_warn(location: str | os.PathLike[str], **kwargs: Any) -> AsyncModel:
+    model = await load_model(location, **kwargs)
+    warn_problems(model)
     return model
 
 
@@ -465,4 +479,4 @@ def open_model_async(location: str | os.PathLike[str], **kwargs: Any) -> Opening
     Also awaitable: ``m = await open_model_async(...)`` (then ``await m.aclose()``). Takes the
     keyword arguments of :func:`load_model`.
     """
-    return Opening(lambda: load_model(location, **kwargs))
+    return Opening(lambda: _load_and_warn(location, **kwargs))

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 from ..options import DEFAULT_SCAN_CONCURRENCY, ReadOptions
 from ..sources.http.client import HttpOptions
 from ..sources.ratelimit import WaitTally, tally_waits
-from .model import load_model
+from .model import load_model, warn_problems
 from .sync import run_sync
 
 if TYPE_CHECKING:
@@ -119,6 +119,8 @@ async def summarise(location: str, **open_model_kwargs: Any) -> ModelSummary:
         whatever :func:`~remotetensors.models.model.load_model` raises.
     """
     model = await load_model(location, **open_model_kwargs)
+    # A scan's models open on the IO loop: no user frame to name, the loop's is named.
+    warn_problems(model)
     try:
         count = model.true_count
         stored = model.parameter_count()

@@ -21,7 +21,7 @@ from ..reading.file import AsyncTensorFile
 from ..reading.frameworks import check_backend, check_device
 from ..reading.opening import open_tensor_file, open_tensor_file_now
 from ..sources.resolve import open_local_source, open_source
-from .model import AsyncModel, load_model
+from .model import AsyncModel, load_model, warn_problems
 from .opening import Opening
 
 if TYPE_CHECKING:
@@ -475,17 +475,21 @@ def open_model(
     http_options: HttpOptions | None = None,
     framework: str = "numpy",
 ) -> Model:
-    """Open a model (see :func:`remotetensors.models.model.load_model` for the arguments)."""
-    return Model(
-        run_sync(
-            load_model(
-                location,
-                revision=revision,
-                token=token,
-                storage_options=storage_options,
-                options=options,
-                http_options=http_options,
-                framework=framework,
-            )
+    """Open a model (see :func:`remotetensors.models.model.load_model` for the arguments).
+
+    Warns:
+        ConfigWarning: for each config that cannot be used as it is, from the caller's line.
+    """
+    model = run_sync(
+        load_model(
+            location,
+            revision=revision,
+            token=token,
+            storage_options=storage_options,
+            options=options,
+            http_options=http_options,
+            framework=framework,
         )
     )
+    warn_problems(model)  # here, in the caller's thread: the IO thread has no user frame
+    return Model(model)
