@@ -178,3 +178,51 @@ def test_an_unexpected_failure_is_one_line_unless_debugging(
     monkeypatch.setenv(cli.DEBUG_VARIABLE, "1")
     with pytest.raises(RuntimeError, match="boom"):
         main(["params", "anywhere"])
+
+
+@pytest.mark.parametrize("bug", [ValueError, KeyError, IndexError, TypeError])
+def test_a_builtin_error_from_a_bug_is_unexpected_not_a_user_error(
+    bug: type[Exception], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import remotetensors.cli as cli
+    import remotetensors.cli.params as params_command
+
+    def broken(args: object) -> int:
+        raise bug("a bug")
+
+    monkeypatch.setattr(params_command, "run", broken)
+    monkeypatch.delenv(cli.DEBUG_VARIABLE, raising=False)
+    status, _, err = run(capsys, "params", "anywhere")
+    assert status == 1
+    assert f"{bug.__name__}:" in err
+    assert "please report it" in err
+    monkeypatch.setenv(cli.DEBUG_VARIABLE, "1")
+    with pytest.raises(bug):
+        main(["params", "anywhere"])
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["memory", "LOC", "--batch", "0"], "--batch must be at least 1, got 0"),
+        (["memory", "LOC", "--context", "-1"], "--context must not be negative"),
+        (["memory", "LOC", "--kv-dtype", "f13"], "--kv-dtype: unknown KV-cache dtype 'f13'"),
+        (["params"], "params needs a location"),
+    ],
+)
+def test_user_mistakes_are_one_line_errors_without_the_bug_notice(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    argv = [str(tmp_path) if a == "LOC" else a for a in argv]
+    status, _, err = run(capsys, *argv)
+    assert status == 1
+    assert err.startswith("remotetensors: error: ")
+    assert message in err
+    assert "please report it" not in err
+
+
+def test_safe_open_of_a_repo_is_a_location_error() -> None:
+    import remotetensors as rt
+
+    with pytest.raises(rt.LocationError, match="names a repo or folder, not a file"):
+        rt.safe_open("hf://org/repo")

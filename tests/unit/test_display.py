@@ -82,6 +82,13 @@ def test_human_numbers() -> None:
     assert human_count(70_553_706_496) == "70.6B"
     assert human_bytes(45_400_000) == "45.4 MB"
     assert human_bytes(12) == "12 B"
+    # A value that rounds up to a thousand of a unit is shown in the next one.
+    assert human_count(999_960_000) == "1.0B"
+    assert human_count(999_949) == "999.9K"
+    assert human_count(999_950) == "1.0M"
+    assert human_count(999_999_999_999_999) == "1000.0T"  # no unit above T
+    assert human_bytes(999_999) == "1.0 MB"
+    assert human_bytes(999) == "999 B"
 
 
 def test_plain_table_aligns_columns() -> None:

@@ -55,7 +55,9 @@ def main(argv: list[str] | None = None) -> int:
         # keep Python from complaining when it flushes stdout at exit.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
-    except (RemoteTensorsError, ValueError, OSError) as exc:
+    except (RemoteTensorsError, OSError) as exc:
+        # What a user can mend: our own errors (a bad argument is a UsageError) and the
+        # system's. A bare ValueError is a bug of ours, shown as one below.
         _error(str(exc))
         return 1
     except Exception as exc:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from ..options import DEFAULT_SCAN_CONCURRENCY, ReadOptions
 from ..views.display import human_bytes, human_count
+from .options import UsageError
 from .table import print_table
 
 if TYPE_CHECKING:
@@ -58,13 +59,13 @@ def run(args: argparse.Namespace, open_kwargs: dict[str, Any]) -> int:
     as ``open_model`` keywords); returns the exit status (0 all succeeded, 1 otherwise).
 
     Raises:
-        ValueError: no location given.
+        UsageError: no location given.
         OSError: the ``--from-file`` file cannot be read.
     """
     from ..models.scan import scan  # here: the scan machinery is not needed for --help
 
     if not args.location and not args.from_file:
-        raise ValueError("params needs a location (or several, or --from-file FILE)")
+        raise UsageError("params needs a location (or several, or --from-file FILE)")
     kwargs = dict(open_kwargs)
     kwargs["options"] = replace(kwargs.get("options") or ReadOptions(), progress=False)
     stream: TextIO | None = None

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
 
+from ..errors import LocationError
 from .base import CountingSource, Traffic
 from .http.client import HttpOptions
 from .http.source import HttpSource
@@ -241,7 +242,7 @@ def open_source(
             text, revision=revision, token=token, http_options=http_options, client=client
         )
         if name is None:
-            raise ValueError(f"{text}: names a repo or folder, not a file; use open_model")
+            raise LocationError(f"{text}: names a repo or folder, not a file; use open_model")
         return place.open(name)
     local = open_local_source(text)
     if local is not None:

@@ -15,18 +15,27 @@ if TYPE_CHECKING:
 
 def human_count(value: int) -> str:
     """``22_700_000`` -> ``"22.7M"`` (K, M, B, T; plain below a thousand)."""
-    for unit, size in (("T", 10**12), ("B", 10**9), ("M", 10**6), ("K", 10**3)):
-        if value >= size:
-            return f"{value / size:.1f}{unit}"
-    return str(value)
+    return _scaled(value, (("T", 10**12), ("B", 10**9), ("M", 10**6), ("K", 10**3)), "")
 
 
 def human_bytes(value: int) -> str:
     """``45_400_000`` -> ``"45.4 MB"`` (decimal units, as the hub shows sizes)."""
-    for unit, size in (("TB", 10**12), ("GB", 10**9), ("MB", 10**6), ("kB", 10**3)):
+    units = (("TB", 10**12), ("GB", 10**9), ("MB", 10**6), ("kB", 10**3))
+    return _scaled(value, units, " ") if value >= 1000 else f"{value} B"
+
+
+def _scaled(value: int, units: Sequence[tuple[str, int]], space: str) -> str:
+    """``value`` in the largest of ``units`` (largest first) that it reaches, to one decimal;
+    a value that rounds up to 1000 of a unit is shown in the next (``999_960_000`` is
+    ``1.0B``, not ``1000.0M``)."""
+    for i, (unit, size) in enumerate(units):
         if value >= size:
-            return f"{value / size:.1f} {unit}"
-    return f"{value} B"
+            shown = f"{value / size:.1f}"
+            if shown == "1000.0" and i > 0:
+                unit, size = units[i - 1]
+                shown = f"{value / size:.1f}"
+            return f"{shown}{space}{unit}"
+    return str(value)
 
 
 def plain_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
