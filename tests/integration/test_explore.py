@@ -141,6 +141,35 @@ def test_tensor_card_stats_and_pictures(served: tuple[str, Log, dict[str, Any]])
             model.tensor("model.layers.99.mlp.up_proj.weight")
 
 
+def test_heatmap_defaults_fit_any_shape(tmp_path: Path) -> None:
+    rng = np.random.default_rng(3)
+    tensors = {
+        "router": rng.standard_normal((8, 4096)).astype(np.float32),  # a Mixtral router
+        "bias": rng.standard_normal(5).astype(np.float32),
+        "cube": rng.standard_normal((2, 3, 4)).astype(np.float32),
+        "empty": np.zeros((0, 3), np.float32),
+        "none": np.zeros(0, np.float32),
+        "empty_lead": np.zeros((0, 2, 3), np.float32),
+    }
+    (tmp_path / "model.safetensors").write_bytes(write_reference(tensors))
+    with static_server(tmp_path) as (url, log), rt.open_model(f"{url}/") as model:
+        log.clear()
+        router = model.tensor("router").heatmap()
+        np.testing.assert_array_equal(router.values, tensors["router"][:8, :64])
+        assert router.region == "[0:8, 0:64]"
+        assert received(log) <= 8 * 4096 * 4  # the rows shown, at most
+        np.testing.assert_array_equal(
+            model.tensor("bias").heatmap().values, tensors["bias"].reshape(1, 5)
+        )
+        np.testing.assert_array_equal(model.tensor("cube").heatmap().values, tensors["cube"][0])
+        log.clear()
+        for name, shape in (("empty", (0, 3)), ("none", (1, 0)), ("empty_lead", (0, 3))):
+            heat = model.tensor(name).heatmap()
+            assert heat.values.shape == shape, name
+            assert "empty, nothing to draw" in heat._repr_html_()
+        assert log.entries == []  # an empty tensor has no bytes to fetch
+
+
 def test_pictures_without_matplotlib_say_how_to_install(
     served: tuple[str, Log, dict[str, Any]], monkeypatch: pytest.MonkeyPatch
 ) -> None:

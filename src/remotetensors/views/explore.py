@@ -10,6 +10,8 @@ from __future__ import annotations
 from html import escape
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from .display import human_bytes, tree_html, tree_text
 from .stats import Heatmap, TensorStats, as_float, tensor_stats
 from .tree import Tree, build_tree
@@ -226,18 +228,28 @@ class TensorView:
         """Fetch a 2-D slice and return it as a heatmap (``_repr_html_`` draws it).
 
         A tensor of more than two dimensions is sliced at index 0 of its leading dimensions;
-        a vector is shown as one row.
+        a vector is shown as one row. ``rows`` and ``cols`` are clamped to the shape, as numpy
+        clamps slices (the defaults fit a router ``[8, 4096]``, a bias or an empty tensor).
         """
         shape = self.info.shape
-        lead = (0,) * max(0, len(shape) - 2)
+        if any(size == 0 for size in shape[:-2]):
+            lead: tuple[Any, ...] = tuple(slice(0, 0) for _ in shape[:-2])  # nothing to show
+        else:
+            lead = (0,) * max(0, len(shape) - 2)
         if len(shape) >= 2:
-            index: tuple[Any, ...] = (*lead, rows, cols)
+            index: tuple[Any, ...] = (*lead, _within(rows, shape[-2]), _within(cols, shape[-1]))
         elif len(shape) == 1:
-            index = (cols,)
+            index = (_within(cols, shape[0]),)
         else:
             index = ()
-        values = as_float(self[index] if index else self.get())
-        values = values.reshape(values.shape[-2:] if values.ndim >= 2 else (1, values.size))
+        if self.info.num_elements == 0:  # nothing to fetch (and no range to ask for)
+            values = np.empty(shape, np.float64)[index]
+        else:
+            values = as_float(self[index] if index else self.get())
+        if values.ndim > 2:  # the leading dimensions were kept: one of them is empty
+            values = values.reshape(-1, values.shape[-1])
+        elif values.ndim < 2:
+            values = values.reshape(1, values.size)
         region = "[" + ", ".join(_slice_text(i) for i in index) + "]" if index else ""
         return Heatmap(self.name, region, values)
 
@@ -246,6 +258,14 @@ class TensorView:
 
     def __repr__(self) -> str:
         return tensor_card_text(self.info, self.logical)
+
+
+def _within(index: slice, size: int) -> slice:
+    """``index`` clamped to a dimension of ``size``, as numpy clamps (``0:64`` of 8 is ``0:8``)."""
+    start, stop, step = index.indices(size)
+    if step > 0:
+        stop = max(stop, start)  # an empty range stays empty, and in bounds
+    return slice(start, stop, None if step == 1 else step)
 
 
 def _slice_text(index: Any) -> str:

@@ -229,6 +229,8 @@ class Heatmap:
         return _png(figure)
 
     def _repr_html_(self) -> str:
+        if self.values.size == 0:
+            return f'<div style="{_MUTED}">{escape(self.name)}: empty, nothing to draw</div>'
         try:
             return _img(self.png(), f"heatmap of {self.name}{self.region}")
         except MissingDependencyError:
