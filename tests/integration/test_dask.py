@@ -273,3 +273,22 @@ def test_a_scan_runs_as_a_dask_bag_within_each_workers_rate_limit(
         assert result.summary.by_dtype == expected[location]
     assert sum(r.waited_seconds for r in by_location.values()) > 0  # the limiters held back
     assert not [e for e in hub.log.entries if e.status == 429 and e.path.endswith("missing")]
+
+
+def test_worker_clients_follow_every_option_a_client_is_made_of(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from remotetensors.integrations import dask as integration
+    from remotetensors.sources.recipe import SourceRecipe
+
+    monkeypatch.setattr(integration, "_clients", {})  # this process's cache, left as it was
+
+    def recipe(options: rt.HttpOptions | None) -> SourceRecipe:
+        return SourceRecipe("http", "http://h/f", "http://h/f", 8, None, http_options=options)
+
+    direct = integration._client_for(recipe(None))
+    pooled = integration._client_for(recipe(rt.HttpOptions(direct_reads=False)))
+    assert direct is not None and pooled is not None
+    assert direct.goes_direct and not pooled.goes_direct  # one client served both before
+    assert integration._client_for(recipe(rt.HttpOptions(direct_reads=False))) is pooled
+    assert integration._client_for(recipe(rt.HttpOptions(max_attempts=2))) is direct

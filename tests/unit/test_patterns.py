@@ -25,6 +25,11 @@ PATTERNS = [
     r".*\w+_proj",
     r"x*|y+",
     r"(?P<name>model)\..*",
+    r"a{2}?",  # lazy counts: exactly two, not "optionally two"
+    r"a{2}?b",
+    r"a{1,3}?$",
+    r"a*?b",
+    r"(ab)+?y",
 ]
 NAMES = [
     "lm_head",
@@ -41,6 +46,10 @@ NAMES = [
     "ab",
     "",
     "yyy",
+    "a",
+    "aa",
+    "b",
+    "ababy",
 ]
 
 
@@ -66,7 +75,11 @@ def test_hostile_pattern_runs_in_linear_time() -> None:
 
 
 @pytest.mark.parametrize(
-    "pattern", [r"(a)\1", r"(?=x)", r"(?i)a", "a" * 2000, r"a{1000}", "(", r"[ab", "*a"]
+    "pattern",
+    [
+        *(r"(a)\1", r"(?=x)", r"(?i)a", "a" * 2000, r"a{1000}", "(", r"[ab", "*a"),
+        *(r"a**", r"a{2}*", r"a*+", r"a?{2}", r"a*??"),  # a repeat of a repeat
+    ],
 )
 def test_outside_the_subset_is_refused(pattern: str) -> None:
     with pytest.raises(UnsupportedPattern):

@@ -206,9 +206,7 @@ def _shared_client(options: Any) -> Client:
     from ..sources.http.client import HttpOptions
 
     options = options or HttpOptions()
-    key = repr(
-        (options.connect_timeout_seconds, options.read_timeout_seconds, options.max_connections)
-    )
+    key = repr(options.client_key())  # all a client is made of: direct_reads included
     client = _clients.get(key)
     if client is None:
         client = _clients[key] = options.new_client()

@@ -95,18 +95,24 @@ class _Parser:
         return ("cat", items)
 
     def quantified(self, node: tuple[object, ...]) -> tuple[object, ...]:
-        while True:
-            ch = self.peek()
-            if ch in ("*", "+", "?"):
-                self.take()
-                if self.peek() == "?":  # lazy: same set of matches
-                    self.take()
-                node = ({"*": "star", "+": "plus", "?": "opt"}[ch], node)
-            elif ch == "{" and self._looks_like_count():
-                low, high = self.count()
-                node = ("repeat", node, low, high)
-            else:
-                return node
+        """``node`` with the quantifier after it, if any: one at most, as in ``re``."""
+        ch = self.peek()
+        if ch in ("*", "+", "?"):
+            self.take()
+            node = ({"*": "star", "+": "plus", "?": "opt"}[ch], node)
+        elif ch == "{" and self._looks_like_count():
+            low, high = self.count()
+            node = ("repeat", node, low, high)
+        else:
+            return node
+        if self.peek() == "?":  # lazy (``*?``, ``{2}?``): the same set of matches
+            self.take()
+        after = self.peek()
+        if after in ("*", "+", "?") or (after == "{" and self._looks_like_count()):
+            # ``a**`` is an error in re; ``a*+`` is possessive from Python 3.11 (it may fail
+            # where ``a*`` matches): neither is taken, rather than read as a second repeat.
+            raise UnsupportedPattern(f"a repeat after a repeat at {self.i} in {self.p!r}")
+        return node
 
     def _looks_like_count(self) -> bool:
         end = self.p.find("}", self.i)

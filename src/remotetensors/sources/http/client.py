@@ -79,6 +79,16 @@ class HttpOptions:
         """A client configured with these options (close it with ``aclose``)."""
         return HttpClient(self)
 
+    def client_key(self) -> tuple[float, float, int, bool]:
+        """What a client made by :meth:`new_client` depends on (the rest is read per request):
+        options with equal keys can share one client."""
+        return (
+            self.connect_timeout_seconds,
+            self.read_timeout_seconds,
+            self.max_connections,
+            self.direct_reads,
+        )
+
 
 class HttpClient:
     """What the files read through it share: connection turns, the direct reader, and an httpx
