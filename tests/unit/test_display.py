@@ -173,6 +173,17 @@ def test_200_distinct_layers_are_listed_in_number_order() -> None:
     assert [int(x) for x in shown[:12]] == list(range(12))  # 2-9 right after 0 and 1
 
 
+def test_names_with_non_ascii_digits_are_names_not_numbers() -> None:
+    w = Writer()
+    for key in ("0", "1", "²", "٣", "10"):
+        w.add(f"model.layers.{key}.weight", (4, 4))
+    tree = build_tree(w.infos)  # "²".isdigit() is true: int("²") raised here
+    text = tree_text("m", tree)
+    assert "model.layers.².weight" in text
+    assert "model.layers.٣.weight" in text
+    assert [s.label for s in sections(tree.items)] == ["model.layers.[0-1,10]"]
+
+
 def test_names_without_dots_read_as_one_table() -> None:
     w = Writer()
     for name in ("embed", "w10", "w2", "w1", "bias"):

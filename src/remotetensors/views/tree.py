@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 WEIGHT = "weight"
 AUXILIARY = "auxiliary"
-_DIGITS = re.compile(r"(\d+)")
+_DIGITS = re.compile(r"([0-9]+)")
 
 
 def natural_key(name: str) -> tuple[tuple[str | int, ...], str]:
@@ -163,7 +163,8 @@ def _flatten(node: _Node, prefix: str) -> list[Leaf | Section]:
     if node.tensor is not None:
         leaf = node.tensor
         items.append(Leaf(prefix, leaf.info, leaf.role, leaf.parameters, leaf.packing))
-    numbered = {k: c for k, c in node.children.items() if k.isdigit()}
+    # ASCII digits only: "²".isdigit() is true, but int("²") fails; "٣" would print as "3".
+    numbered = {k: c for k, c in node.children.items() if k.isascii() and k.isdigit()}
     numbers_done = False
     for key in natural_sorted(node.children):
         name = f"{prefix}.{key}" if prefix else key
