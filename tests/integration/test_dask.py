@@ -279,6 +279,7 @@ def test_worker_clients_follow_every_option_a_client_is_made_of(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from remotetensors.integrations import dask as integration
+    from remotetensors.sources.http.client import HttpClient
     from remotetensors.sources.recipe import SourceRecipe
 
     monkeypatch.setattr(integration, "_clients", {})  # this process's cache, left as it was
@@ -288,8 +289,8 @@ def test_worker_clients_follow_every_option_a_client_is_made_of(
 
     direct = integration._client_for(recipe(None))
     pooled = integration._client_for(recipe(rt.HttpOptions(direct_reads=False)))
-    assert direct is not None
-    assert pooled is not None
+    assert isinstance(direct, HttpClient)
+    assert isinstance(pooled, HttpClient)
     assert direct.goes_direct
     assert not pooled.goes_direct
     assert integration._client_for(recipe(rt.HttpOptions(direct_reads=False))) is pooled
