@@ -53,7 +53,8 @@ class ByteSource(abc.ABC):
     ``open_prefix`` is called first and once; it fixes the size and the validator. Every later
     read is checked against them: a source raises
     :class:`~remotetensors.errors.RemoteFileChangedError` rather than return bytes of another
-    version of the file. Reads may run concurrently.
+    version of the file, as far as the backend can tell versions apart (one that reports only
+    a size cannot see a rewrite that keeps it; see each source). Reads may run concurrently.
     """
 
     @property
