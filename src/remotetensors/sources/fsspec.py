@@ -230,11 +230,32 @@ class FsspecSource(ByteSource):
                 "cat_file", self._path, start=start, end=end, **self._conditions
             )
         else:
-            data = await self._call("cat_file", self._path, start=start, end=end)
+            data, info = await self._cat_then_info(start, end)
             # Before the length check: a file cut short is a changed file, not a bad answer.
-            await self._check_version()
+            self._check_version(info)
         self._check_length(data, start, end)
         return bytes(data)
+
+    async def _cat_then_info(self, start: int, end: int) -> tuple[bytes, dict[str, Any]]:
+        """``cat_file`` of ``[start, end)``, then ``info`` afresh; on a sync filesystem in one
+        trip to a worker thread (a trip costs more than a read of the memory filesystem).
+
+        Raises:
+            NotFoundError: the file is gone; and what :meth:`_translate` makes of the rest.
+        """
+        if self._is_async():
+            data = await self._call("cat_file", self._path, start=start, end=end)
+            return data, await self._fresh_info()
+
+        def both() -> tuple[bytes, dict[str, Any]]:
+            data = self._fs.cat_file(self._path, start=start, end=end)
+            self._fs.invalidate_cache(self._path)
+            return data, self._fs.info(self._path)
+
+        try:
+            return await asyncio.to_thread(both)
+        except Exception as exc:
+            raise self._translate(exc) from exc
 
     async def _fresh_info(self) -> dict[str, Any]:
         """``info`` of the file as the backend has it now, not as a cached listing had it."""
@@ -242,16 +263,15 @@ class FsspecSource(ByteSource):
         info: dict[str, Any] = await self._call("info", self._path)
         return info
 
-    async def _check_version(self) -> None:
-        """Ask ``info`` again after a read: the read is of the version opened when ``info``
-        still describes that version.
+    def _check_version(self, info: Mapping[str, Any]) -> None:
+        """``info`` asked after a read: the read is of the version opened when ``info`` still
+        describes that version.
 
         Raises:
             RemoteFileChangedError: naming what changed (size, ETag, mtime, ...).
-            NotFoundError: the file is gone.
         """
         assert self._version is not None, "open_prefix comes first"
-        now = FileVersion.of(await self._fresh_info(), self._shown)
+        now = FileVersion.of(info, self._shown)
         if now != self._version:
             raise RemoteFileChangedError(
                 f"{self._shown}: the file changed since it was opened "
@@ -279,11 +299,14 @@ class FsspecSource(ByteSource):
     async def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
         """A filesystem method: its async twin on async filesystems, else on a worker thread."""
         try:
-            if isinstance(self._fs, fsspec.asyn.AsyncFileSystem) and self._fs.async_impl:
+            if self._is_async():
                 return await self._on_own_loop(getattr(self._fs, f"_{method}")(*args, **kwargs))
             return await asyncio.to_thread(getattr(self._fs, method), *args, **kwargs)
         except Exception as exc:
             raise self._translate(exc) from exc
+
+    def _is_async(self) -> bool:
+        return isinstance(self._fs, fsspec.asyn.AsyncFileSystem) and bool(self._fs.async_impl)
 
     async def _on_own_loop(self, coroutine: Coroutine[Any, Any, T]) -> T:
         """Await ``coroutine`` on the loop that owns the filesystem's sessions.
