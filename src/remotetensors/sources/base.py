@@ -121,7 +121,8 @@ class Traffic:
 
     Attributes:
         requests: reads asked of the source (a header window, a range; a read that the source
-            retried or resumed internally counts once; a failed read counts too).
+            retried or resumed internally counts once, and so does one that an fsspec source
+            follows with the ``info`` call checking its version; a failed read counts too).
         bytes: bytes received into memory.
         seconds: wall time during which at least one read was in flight (concurrent reads
             overlap, so this is not their sum).
