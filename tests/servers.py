@@ -154,6 +154,7 @@ class FaultyServer:
         self.log = Log()
         self.retry_after = "1"
         self.honour_if_match = True
+        self.send_etags = True  # False: answers carry no ETag (nor Last-Modified, never sent)
         self.gzip_when_offered = False
         self._signature = 0
         self.redirects = 0
@@ -281,9 +282,13 @@ class FaultyServer:
         declared: int | None = None,
     ) -> web.StreamResponse:
         entry.status = status
+        if not self.send_etags:
+            headers = {k: v for k, v in headers.items() if k != "ETag"}
         response = web.StreamResponse(status=status, headers=headers)
         response.content_length = declared if declared is not None else len(body)
         end = len(body) if cut_at is None else cut_at
+        if request.method == "HEAD":
+            end = 0  # the head of the GET answer, without its body (fsspec's HTTP info asks)
         chunk = 256 * 1024
         try:
             await response.prepare(request)

@@ -102,6 +102,15 @@ class AsyncGGUFFile(AsyncTensorFile):
     rules; a 1-D quantized tensor fetches the blocks spanning the selection.
     """
 
+    def get_tensor_now(self, name: str) -> Any | None:
+        """None, always: a GGUF tensor is read the async way, which decodes quantized blocks
+        (the lean path of a local file reads safetensors dtypes only)."""
+        return None
+
+    def get_tensors_now(self, names: Iterable[str] | None = None) -> dict[str, Any] | None:
+        """None, always (see :meth:`get_tensor_now`)."""
+        return None
+
     async def get_tensors(self, names: Iterable[str] | None = None) -> dict[str, Any]:
         wanted = list(self.offset_keys() if names is None else dict.fromkeys(names))
         infos = [self.info(name) for name in wanted]

@@ -40,7 +40,10 @@ def open_tensor_file_now(
     source: ByteSource, *, options: ReadOptions | None = None, framework: str = "numpy"
 ) -> AsyncTensorFile | None:
     """:func:`open_tensor_file` in the calling thread when ``source`` has a blocking twin (a
-    local file); None otherwise, and for a GGUF file (its header is read in growing windows)."""
+    local file); None otherwise, and for a GGUF file (its header is read in growing windows).
+    Its reads are counted in ``traffic`` as the async path counts them."""
+    if not isinstance(source, CountingSource):
+        source = CountingSource(source)
     blocking = source.blocking()
     if blocking is None:
         return None

@@ -53,7 +53,8 @@ class ByteSource(abc.ABC):
     ``open_prefix`` is called first and once; it fixes the size and the validator. Every later
     read is checked against them: a source raises
     :class:`~remotetensors.errors.RemoteFileChangedError` rather than return bytes of another
-    version of the file. Reads may run concurrently.
+    version of the file, as far as the backend can tell versions apart (one that reports only
+    a size cannot see a rewrite that keeps it; see each source). Reads may run concurrently.
     """
 
     @property
@@ -120,7 +121,8 @@ class Traffic:
 
     Attributes:
         requests: reads asked of the source (a header window, a range; a read that the source
-            retried or resumed internally counts once; a failed read counts too).
+            retried or resumed internally counts once, and so does one that an fsspec source
+            follows with the ``info`` call checking its version; a failed read counts too).
         bytes: bytes received into memory.
         seconds: wall time during which at least one read was in flight (concurrent reads
             overlap, so this is not their sum).
@@ -161,11 +163,15 @@ class Traffic:
 
 class CountingSource(ByteSource):
     """Any source, with every read counted in a :class:`Traffic`; the same for every backend,
-    because it counts above them. Reads pass through unchanged."""
+    because it counts above them. Reads pass through unchanged, and so does a blocking twin
+    (:meth:`blocking`), whose reads are counted the same way: a local file read in the calling
+    thread counts as it would through the event loop."""
 
     def __init__(self, inner: ByteSource, traffic: Traffic | None = None) -> None:
         self.inner = inner
         self.traffic = traffic if traffic is not None else Traffic()
+        twin = inner.blocking()
+        self._blocking = None if twin is None else _CountingBlocking(twin, self.traffic)
 
     @property
     def location(self) -> str:
@@ -190,6 +196,9 @@ class CountingSource(ByteSource):
         finally:
             self.traffic._end(received)
 
+    def blocking(self) -> BlockingSource | None:
+        return self._blocking
+
     def receives_in_threads(self) -> bool:
         return self.inner.receives_in_threads()
 
@@ -198,3 +207,40 @@ class CountingSource(ByteSource):
 
     async def aclose(self) -> None:
         await self.inner.aclose()
+
+
+class _CountingBlocking:
+    """A blocking twin with its reads counted in ``traffic``, as :class:`CountingSource`
+    counts the async ones (one request per call, the bytes it delivered)."""
+
+    __slots__ = ("_inner", "_traffic")
+
+    def __init__(self, inner: BlockingSource, traffic: Traffic) -> None:
+        self._inner = inner
+        self._traffic = traffic
+
+    @property
+    def location(self) -> str:
+        return self._inner.location
+
+    def open_prefix_now(self, length: int) -> Prefix:
+        self._traffic._begin()
+        received = 0
+        try:
+            prefix = self._inner.open_prefix_now(length)
+            received = len(prefix.data)
+            return prefix
+        finally:
+            self._traffic._end(received)
+
+    def read_into_now(self, start: int, buffer: memoryview) -> None:
+        self._traffic._begin()
+        received = 0
+        try:
+            self._inner.read_into_now(start, buffer)
+            received = len(buffer)
+        finally:
+            self._traffic._end(received)
+
+    def close_now(self) -> None:
+        self._inner.close_now()

@@ -2,18 +2,37 @@
 async range reads, sync ones (memory, HfFileSystem, ...) on worker threads.
 
 ``storage_options`` go to fsspec untouched, and chained URLs (``simplecache::s3://...``) work,
-since the filesystem comes from :func:`fsspec.core.url_to_fs`.
+since the filesystem comes from :func:`fsspec.core.url_to_fs`. Every read is checked for its
+exact length.
 
-S3 (s3fs) gets one request per range, size and ETag included: the first ranged GET reports the
-size (``ContentRange``) and ETag, and later GETs send ``IfMatch`` so a changed object fails with
-412 instead of mixing versions. Other filesystems learn the size and validator from ``info`` and
-read with ``cat_file``; every read is checked for its exact length.
+Every read is tied to the version of the file seen when it was opened, as firmly as the backend
+allows (a changed file raises :class:`RemoteFileChangedError`, never mixes versions):
+
+- S3 (s3fs) gets one request per range, size and ETag included: the first ranged GET reports
+  the size (``ContentRange``) and ETag, and later GETs send ``IfMatch``, so a changed object
+  fails with 412; every answer's size and ETag are compared too.
+- fsspec's HTTP filesystem, where the server gives a strong ETag: ``info`` (a HEAD) gives the
+  size and ETag, and every read sends ``If-Match``, so a changed file fails with 412.
+- Every other filesystem (memory, local files through fsspec, GCS, Azure, SFTP, HTTP without
+  a strong ETag, ...): ``info`` gives the size and whatever the backend reports that changes
+  when the file is rewritten (:data:`VERSION_FIELDS`: an ETag, a version id, a GCS generation,
+  a content hash, a modification time, an inode; else :data:`FALLBACK_VERSION_FIELDS`, the
+  creation time of fsspec's memory filesystem, which makes a new file on every write). After
+  every read, the header window's included, ``info`` is asked again (its listing cache dropped
+  first) and must say the same: a read between two equal answers is of that version, so all
+  bytes handed out, cached header window and later reads alike, come from the version whose
+  header was read. This costs one metadata call per read (a request on remote filesystems).
+  The guarantee is only as fine as those fields: a modification time that does not move
+  between two writes in one clock tick, or a backend that reports nothing but the size (then
+  only a change of size is detected), lets a rewrite between two reads go unseen.
 """
 
 from __future__ import annotations
 
 import asyncio
 import re
+from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import fsspec
@@ -28,6 +47,7 @@ from ..errors import (
     RemoteFileChangedError,
     TransportError,
 )
+from ..redact import redact_url
 from .base import ByteSource, Prefix
 from .recipe import SourceRecipe
 
@@ -38,9 +58,89 @@ T = TypeVar("T")
 
 _CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+)")
 
+VERSION_FIELDS = (
+    "ETag",  # s3fs, fsspec's HTTP filesystem
+    "etag",  # adlfs, gcsfs
+    "VersionId",  # s3fs on a versioned bucket
+    "version_id",  # adlfs on a versioned container
+    "generation",  # gcsfs
+    "blob_id",  # huggingface_hub's HfFileSystem (the git blob)
+    "sha",  # GitHub
+    "md5Hash",  # gcsfs
+    "md5",
+    "Content-MD5",  # fsspec's HTTP filesystem
+    "Digest",  # fsspec's HTTP filesystem
+    "crc32c",  # gcsfs
+    "mtime",  # local files, SFTP, gcsfs
+    "LastModified",  # s3fs
+    "last_modified",  # adlfs
+    "Last-Modified",  # fsspec's HTTP filesystem
+    "updated",  # gcsfs
+    "modificationTime",  # WebHDFS
+    "ino",  # local files (a file replaced by a rename is a new inode)
+)
+"""Fields of fsspec's ``info`` that change when a file is rewritten; whichever a backend
+reports are compared together."""
+
+FALLBACK_VERSION_FIELDS = ("created",)
+"""Compared only where none of :data:`VERSION_FIELDS` is reported: fsspec's memory filesystem
+makes a new file, with a new creation time, on every write. Elsewhere a creation time (a local
+file's ``st_ctime``) also moves when only the metadata changes, so it is not used there."""
+
+
+@dataclass(frozen=True, slots=True)
+class FileVersion:
+    """One version of a file as fsspec's ``info`` describes it.
+
+    Attributes:
+        size: the file's size in bytes.
+        fields: ``(name, value)`` of each version field the backend reported, values as text;
+            empty where it reports none (then only the size tells versions apart).
+    """
+
+    size: int
+    fields: tuple[tuple[str, str], ...]
+
+    @classmethod
+    def of(cls, info: Mapping[str, Any], shown: str) -> FileVersion:
+        """The version ``info`` describes (``shown`` names the file in errors).
+
+        Raises:
+            BadResponseError: ``info`` gives no size.
+        """
+        size = info.get("size")
+        if size is None:
+            raise BadResponseError(f"{shown}: the filesystem reports no size for the file")
+        fields = _fields(info, VERSION_FIELDS) or _fields(info, FALLBACK_VERSION_FIELDS)
+        return cls(int(size), fields)
+
+    @property
+    def validator(self) -> str | None:
+        """The fields as one string (``"mtime=1700000000.5, ino=42"``), or None."""
+        return ", ".join(f"{name}={value}" for name, value in self.fields) or None
+
+    def changes_to(self, now: FileVersion) -> str:
+        """What differs in ``now``, for a message: ``"size 10 -> 14, created a -> b"``."""
+        changes = [f"size {self.size} -> {now.size}"] if now.size != self.size else []
+        before, after = dict(self.fields), dict(now.fields)
+        for name in dict.fromkeys([*before, *after]):
+            if before.get(name) != after.get(name):
+                changes.append(f"{name} {before.get(name)} -> {after.get(name)}")
+        return ", ".join(changes)
+
+
+def _fields(info: Mapping[str, Any], names: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+    return tuple((name, str(info[name])) for name in names if info.get(name) is not None)
+
 
 class FsspecSource(ByteSource):
     """One file on an fsspec filesystem.
+
+    Reads are tied to the version opened as firmly as the backend allows (the module's
+    docstring says how, per backend): S3 and HTTP with a strong ETag make every read
+    conditional; every other backend is asked for the file's ``info`` again after each read,
+    which detects a rewrite only as finely as the fields it reports (:class:`FileVersion`): a
+    backend that reports nothing but the size sees only a change of size.
 
     Args:
         url: an fsspec URL (``s3://bucket/key``, ``memory://x``, ``simplecache::s3://...``).
@@ -56,6 +156,7 @@ class FsspecSource(ByteSource):
         fs: fsspec.AbstractFileSystem | None = None,
     ) -> None:
         self._url = url
+        self._shown = redact_url(url)
         # Kept to reopen the file in another process; None when a ready filesystem was given.
         self._storage_options = None if fs is not None else dict(storage_options or {})
         if fs is None:
@@ -67,6 +168,10 @@ class FsspecSource(ByteSource):
         self._size = 0
         self._validator: str | None = None
         self._is_s3 = type(fs).__name__ == "S3FileSystem"
+        self._version: FileVersion | None = None  # other backends: what info said at open
+        # cat_file's keyword arguments that make a read fail unless it is of the version
+        # opened (If-Match over HTTP); None where the version is checked after each read.
+        self._conditions: dict[str, Any] | None = None
 
     @property
     def location(self) -> str:
@@ -76,20 +181,21 @@ class FsspecSource(ByteSource):
         if self._is_s3:
             data = await self._s3_get(0, length, first=True)
             return Prefix(data, self._size, self._validator)
-        info = await self._call("info", self._path)
+        info = await self._fresh_info()
         if info.get("type") == "directory":
-            raise NotFoundError(f"{self._url}: is a directory, not a file")
-        self._size = int(info["size"])
-        self._validator = _validator_of(info)
+            raise NotFoundError(f"{self._shown}: is a directory, not a file")
+        self._version = FileVersion.of(info, self._shown)
+        self._size = self._version.size
+        self._validator = self._version.validator
+        self._conditions = self._read_conditions(info)
         end = min(length, self._size)
-        data = await self._call("cat_file", self._path, start=0, end=end) if end else b""
-        self._check_length(data, 0, end)
+        data = await self._cat(0, end) if end else b""
         return Prefix(bytes(data), self._size, self._validator)
 
     def recipe(self) -> SourceRecipe:
         if self._storage_options is None:
             raise NotImplementedError(
-                f"{self._url}: opened on a given filesystem object, which cannot be reopened "
+                f"{self._shown}: opened on a given filesystem object, which cannot be reopened "
                 "elsewhere; open it by URL with storage_options"
             )
         return SourceRecipe(
@@ -107,25 +213,100 @@ class FsspecSource(ByteSource):
             return
         if self._is_s3:
             data = await self._s3_get(start, end, first=False)
+            self._check_length(data, start, end)
         else:
-            data = await self._call("cat_file", self._path, start=start, end=end)
-        self._check_length(data, start, end)
+            data = await self._cat(start, end)
         buffer[:] = data
+
+    async def _cat(self, start: int, end: int) -> bytes:
+        """Bytes ``[start, end)`` of the version opened (not S3).
+
+        Raises:
+            RemoteFileChangedError: the file is no longer that version.
+            BadResponseError: the backend gave another number of bytes.
+        """
+        if self._conditions is not None:
+            data = await self._call(
+                "cat_file", self._path, start=start, end=end, **self._conditions
+            )
+        else:
+            data, info = await self._cat_then_info(start, end)
+            # Before the length check: a file cut short is a changed file, not a bad answer.
+            self._check_version(info)
+        self._check_length(data, start, end)
+        return bytes(data)
+
+    async def _cat_then_info(self, start: int, end: int) -> tuple[bytes, dict[str, Any]]:
+        """``cat_file`` of ``[start, end)``, then ``info`` afresh; on a sync filesystem in one
+        trip to a worker thread (a trip costs more than a read of the memory filesystem).
+
+        Raises:
+            NotFoundError: the file is gone; and what :meth:`_translate` makes of the rest.
+        """
+        if self._is_async():
+            data = await self._call("cat_file", self._path, start=start, end=end)
+            return data, await self._fresh_info()
+
+        def both() -> tuple[bytes, dict[str, Any]]:
+            data = self._fs.cat_file(self._path, start=start, end=end)
+            self._fs.invalidate_cache(self._path)
+            return data, self._fs.info(self._path)
+
+        try:
+            return await asyncio.to_thread(both)
+        except Exception as exc:
+            raise self._translate(exc) from exc
+
+    async def _fresh_info(self) -> dict[str, Any]:
+        """``info`` of the file as the backend has it now, not as a cached listing had it."""
+        self._fs.invalidate_cache(self._path)
+        info: dict[str, Any] = await self._call("info", self._path)
+        return info
+
+    def _check_version(self, info: Mapping[str, Any]) -> None:
+        """``info`` asked after a read: the read is of the version opened when ``info`` still
+        describes that version.
+
+        Raises:
+            RemoteFileChangedError: naming what changed (size, ETag, mtime, ...).
+        """
+        assert self._version is not None, "open_prefix comes first"
+        now = FileVersion.of(info, self._shown)
+        if now != self._version:
+            raise RemoteFileChangedError(
+                f"{self._shown}: the file changed since it was opened "
+                f"({self._version.changes_to(now)}); open it again to read the new version"
+            )
+
+    def _read_conditions(self, info: Mapping[str, Any]) -> dict[str, Any] | None:
+        """``cat_file`` keywords that make the server refuse (412) any other version: for
+        fsspec's HTTP filesystem and a strong ETag (a weak one cannot be used for ``If-Match``,
+        RFC 9110 13.1.1). None elsewhere: the version is then checked after each read."""
+        etag = info.get("ETag")
+        if type(self._fs).__name__ != "HTTPFileSystem" or not etag or etag.startswith("W/"):
+            return None
+        # cat_file's headers replace the filesystem's own: keep those (credentials) in.
+        headers = dict(getattr(self._fs, "kwargs", {}).get("headers") or {})
+        headers["If-Match"] = etag
+        return {"headers": headers}
 
     def _check_length(self, data: bytes, start: int, end: int) -> None:
         if len(data) != end - start:
             raise BadResponseError(
-                f"{self._url}: asked for bytes [{start}, {end}), got {len(data)} bytes"
+                f"{self._shown}: asked for bytes [{start}, {end}), got {len(data)} bytes"
             )
 
     async def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
         """A filesystem method: its async twin on async filesystems, else on a worker thread."""
         try:
-            if isinstance(self._fs, fsspec.asyn.AsyncFileSystem) and self._fs.async_impl:
+            if self._is_async():
                 return await self._on_own_loop(getattr(self._fs, f"_{method}")(*args, **kwargs))
             return await asyncio.to_thread(getattr(self._fs, method), *args, **kwargs)
         except Exception as exc:
             raise self._translate(exc) from exc
+
+    def _is_async(self) -> bool:
+        return isinstance(self._fs, fsspec.asyn.AsyncFileSystem) and bool(self._fs.async_impl)
 
     async def _on_own_loop(self, coroutine: Coroutine[Any, Any, T]) -> T:
         """Await ``coroutine`` on the loop that owns the filesystem's sessions.
@@ -161,7 +342,7 @@ class FsspecSource(ByteSource):
         match = _CONTENT_RANGE.fullmatch(str(response.get("ContentRange", "")))
         if match is None:
             raise BadResponseError(
-                f"{self._url}: a ranged GET came back without a usable ContentRange "
+                f"{self._shown}: a ranged GET came back without a usable ContentRange "
                 f"({response.get('ContentRange')!r})"
             )
         total = int(match.group(3))
@@ -171,13 +352,13 @@ class FsspecSource(ByteSource):
             self._validator = etag
         elif total != self._size or (etag and self._validator and etag != self._validator):
             raise RemoteFileChangedError(
-                f"{self._url}: the object changed since it was opened (size {self._size}, "
+                f"{self._shown}: the object changed since it was opened (size {self._size}, "
                 f"ETag {self._validator}; now size {total}, ETag {etag})"
             )
         expected_end = min(end, total) if first else end
         if int(match.group(1)) != start or int(match.group(2)) != expected_end - 1:
             raise BadResponseError(
-                f"{self._url}: asked for bytes {start}-{end - 1}, got ContentRange "
+                f"{self._shown}: asked for bytes {start}-{end - 1}, got ContentRange "
                 f"{response.get('ContentRange')!r}"
             )
         return data
@@ -191,22 +372,21 @@ class FsspecSource(ByteSource):
         return response, data
 
     def _translate(self, exc: Exception) -> Exception:
-        text = _chain_text(exc)
-        if "PreconditionFailed" in text or "pre-conditions" in text:
+        if _refused_precondition(exc):
             return RemoteFileChangedError(
-                f"{self._url}: the object changed since it was opened (ETag {self._validator} "
-                "no longer matches); open it again to read the new version"
+                f"{self._shown}: the file changed since it was opened (the version opened, "
+                f"{self._validator}, no longer matches); open it again to read the new version"
             )
         if isinstance(exc, FileNotFoundError):
-            return NotFoundError(f"{self._url}: not found ({exc})")
+            return NotFoundError(f"{self._shown}: not found ({exc})")
         if isinstance(exc, PermissionError):
             return PermissionDeniedError(
-                f"{self._url}: access denied ({exc}); check the credentials in storage_options "
-                "or the AWS_* environment variables"
+                f"{self._shown}: access denied ({exc}); check the credentials in "
+                "storage_options or the AWS_* environment variables"
             )
         if isinstance(exc, (BadResponseError, RemoteFileChangedError)):
             return exc
-        return TransportError(f"{self._url}: {type(exc).__name__}: {exc}")
+        return TransportError(f"{self._shown}: {type(exc).__name__}: {exc}")
 
 
 def _filesystem(
@@ -219,21 +399,22 @@ def _filesystem(
         LocationError: an unknown protocol, or options the filesystem does not take.
         TransportError: the filesystem could not connect (FTP and SFTP connect right here).
     """
+    shown = redact_url(url)
     try:
         fs, path = fsspec.core.url_to_fs(url, **dict(storage_options or {}))
     except ImportError as exc:
-        raise MissingDependencyError(f"{url}: {_install_hint(exc)}") from exc
+        raise MissingDependencyError(f"{shown}: {_install_hint(exc)}") from exc
     except OSError as exc:
-        raise TransportError(f"{url}: cannot connect: {exc}") from exc
+        raise TransportError(f"{shown}: cannot connect: {exc}") from exc
     except Exception as exc:
         if "Protocol not known" in str(exc):
             protocol = url.split("://", 1)[0]
             raise LocationError(
-                f"{url}: unknown protocol {protocol!r}; expected hf://, http(s)://, s3://, "
+                f"{shown}: unknown protocol {protocol!r}; expected hf://, http(s)://, s3://, "
                 "another fsspec protocol, file:// or a local path"
             ) from exc
         raise LocationError(
-            f"{url}: cannot set up its filesystem: {type(exc).__name__}: {exc}"
+            f"{shown}: cannot set up its filesystem: {type(exc).__name__}: {exc}"
         ) from exc
     return fs, path
 
@@ -253,18 +434,25 @@ def _install_hint(exc: ImportError) -> str:
     return text
 
 
-def _chain_text(exc: BaseException) -> str:
-    """The reprs of an exception and its causes (s3fs re-raises botocore errors as OSError)."""
-    parts: list[str] = []
+def _chain(exc: BaseException) -> Iterator[BaseException]:
+    """An exception and its causes, at most 8 (s3fs re-raises botocore errors as OSError)."""
     seen: BaseException | None = exc
-    while seen is not None and len(parts) < 8:
-        parts.append(repr(seen))
+    for _ in range(8):
+        if seen is None:
+            return
+        yield seen
         seen = seen.__cause__ or seen.__context__
-    return " ".join(parts)
 
 
-def _validator_of(info: Mapping[str, Any]) -> str | None:
-    for key in ("ETag", "etag", "VersionId", "version_id", "md5", "mtime", "LastModified"):
-        if info.get(key) is not None:
-            return f"{key}={info[key]}"
-    return None
+def _chain_text(exc: BaseException) -> str:
+    """The reprs of an exception and its causes."""
+    return " ".join(repr(seen) for seen in _chain(exc))
+
+
+def _refused_precondition(exc: BaseException) -> bool:
+    """Whether a conditional read was refused: S3's ``PreconditionFailed`` (botocore), or an
+    HTTP 412 (aiohttp's ``ClientResponseError.status`` under fsspec's HTTP filesystem)."""
+    text = _chain_text(exc)
+    if "PreconditionFailed" in text or "pre-conditions" in text:
+        return True
+    return any(getattr(seen, "status", None) == 412 for seen in _chain(exc))
