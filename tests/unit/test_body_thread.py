@@ -6,9 +6,9 @@ from __future__ import annotations
 import socket
 import threading
 import time
-from collections.abc import Callable
 
 from remotetensors.sources.http import direct as rawhttp
+from tests.waiting import HANG_SECONDS, started
 
 
 def pair() -> tuple[socket.socket, socket.socket]:
@@ -49,24 +49,6 @@ def test_a_closed_connection_ends_it_with_what_arrived() -> None:
     ours.close()
 
 
-def in_a_thread(receive: Callable[[], tuple[int, bool]]) -> Callable[[], tuple[int, bool]]:
-    """Start ``receive`` in a thread; returns a function that waits for its result, failing
-    if it has not come within a bound no working run comes near (it would hang otherwise)."""
-    result: list[tuple[int, bool]] = []
-    thread = threading.Thread(target=lambda: result.append(receive()), daemon=True)
-    thread.start()
-
-    def outcome() -> tuple[int, bool]:
-        thread.join(HANG_SECONDS)
-        assert not thread.is_alive(), f"still receiving after {HANG_SECONDS} s"
-        return result[0]
-
-    return outcome
-
-
-HANG_SECONDS = 30.0
-
-
 def test_a_shutdown_from_the_loop_wakes_it_while_it_waits() -> None:
     ours, theirs = pair()
     theirs.sendall(b"z" * 10)
@@ -75,7 +57,7 @@ def test_a_shutdown_from_the_loop_wakes_it_while_it_waits() -> None:
     receiving = threading.Event()
     # Each wait for bytes lasts an hour and it never gives up on its own: only the shutdown
     # can end it within the bound (a poll that the shutdown did not wake would hang).
-    outcome = in_a_thread(
+    outcome = started(
         lambda: rawhttp._receive(
             ours,
             target,
@@ -114,7 +96,7 @@ def test_with_no_loop_to_stop_it_it_gives_up_after_its_idle_bound() -> None:
     target = memoryview(bytearray(100))
     clock = SteppingClock(0.25)  # exact in binary: no rounding at the bound
     idle = 1.0
-    outcome = in_a_thread(
+    outcome = started(
         lambda: rawhttp._receive(
             ours,
             target,
