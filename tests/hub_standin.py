@@ -48,7 +48,11 @@ class HubStandIn:
     unknown, a plain 404); ``latency_seconds`` added before every answer of the hub and the CDN;
     ``rate_limit = (quota, window_seconds)`` makes the hub count requests in fixed windows, send
     ``RateLimit``/``RateLimit-Policy`` on every answer and 429 with ``Retry-After`` over the
-    quota (``throttled`` counts those).
+    quota (``throttled`` counts those). ``rate_limits = {"api": (quota, window_seconds), ...}``
+    does so per bucket as the real hub does: ``api`` for ``/api/...``, ``resolvers`` for
+    ``/resolve/`` URLs, ``pages`` for the rest, each answer carrying its bucket's fields in the
+    hub's form (``RateLimit-Policy: "fixed window";"api";q=500;w=300``,
+    ``RateLimit: "api";r=499;t=300``); a bucket not in the mapping is not limited.
     """
 
     def __init__(self) -> None:
@@ -57,9 +61,9 @@ class HubStandIn:
         self.metadata_api = True
         self.latency_seconds = 0.0
         self.rate_limit: tuple[int, float] | None = None
+        self.rate_limits: dict[str, tuple[int, float]] = {}
         self.throttled = 0
-        self._window_start = 0.0
-        self._window_used = 0
+        self._windows: dict[str, tuple[float, int]] = {}  # bucket -> (start, requests counted)
         self._blobs: dict[str, bytes] = {}
         app = web.Application()
         app.router.add_route("*", "/{tail:.+}", self._resolve)
@@ -119,7 +123,7 @@ class HubStandIn:
         self.log.entries.append(entry)
         if self.latency_seconds:
             await asyncio.sleep(self.latency_seconds)
-        limit_headers = self._count_request()
+        limit_headers = self._count_request(tail)
         if limit_headers is not None and limit_headers.get("Retry-After"):
             entry.status = 429
             return web.Response(status=429, headers=limit_headers, text="rate limited")
@@ -128,24 +132,43 @@ class HubStandIn:
             response.headers.update(limit_headers)
         return response
 
-    def _count_request(self) -> dict[str, str] | None:
+    def _count_request(self, tail: str) -> dict[str, str] | None:
         """Fixed-window accounting: the RateLimit headers of this answer (with Retry-After
-        when over the quota), or None when no limit is set."""
-        if self.rate_limit is None:
+        when over the quota), or None when no limit applies."""
+        if self.rate_limit is not None:
+            quota, window = self.rate_limit
+            return self._count("hub", quota, window, policy=f'"hub";q={quota};w={window:g}')
+        bucket = (
+            "api"
+            if tail.startswith("api/")
+            else "resolvers"
+            if "/resolve/" in f"/{tail}"
+            else "pages"
+        )
+        if bucket not in self.rate_limits:
             return None
-        quota, window = self.rate_limit
+        quota, window = self.rate_limits[bucket]
+        policy = f'"fixed window";"{bucket}";q={quota};w={window:g}'
+        return self._count(bucket, quota, window, policy=policy, whole_seconds=True)
+
+    def _count(
+        self, bucket: str, quota: int, window: float, *, policy: str, whole_seconds: bool = False
+    ) -> dict[str, str]:
         now = time.monotonic()
-        if now - self._window_start >= window:
-            self._window_start, self._window_used = now, 0
-        reset = max(0.0, self._window_start + window - now)
-        headers = {"RateLimit-Policy": f'"hub";q={quota};w={window:g}'}
-        if self._window_used >= quota:
+        start, used = self._windows.get(bucket, (0.0, 0))
+        if now - start >= window:
+            start, used = now, 0
+        reset = max(0.0, start + window - now)
+        headers = {"RateLimit-Policy": policy}
+        if used >= quota:
             self.throttled += 1
-            headers["RateLimit"] = f'"hub";r=0;t={math.ceil(reset)}'
+            headers["RateLimit"] = f'"{bucket}";r=0;t={math.ceil(reset)}'
             headers["Retry-After"] = str(math.ceil(reset))
             return headers
-        self._window_used += 1
-        headers["RateLimit"] = f'"hub";r={quota - self._window_used};t={reset:.3f}'
+        used += 1
+        self._windows[bucket] = (start, used)
+        shown = str(math.ceil(reset)) if whole_seconds else f"{reset:.3f}"
+        headers["RateLimit"] = f'"{bucket}";r={quota - used};t={shown}'
         return headers
 
     def _route(self, request: web.Request, entry: Entry, tail: str) -> web.Response:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+import select
 import socket
 import threading
 from collections.abc import Callable, Iterable
@@ -171,17 +172,69 @@ def cut_after(answer: bytes, body: bytes, count: int) -> Callable[[socket.socket
     return write
 
 
-def trickle(
-    answer: bytes, body: bytes, *, every_seconds: float, piece: int = 1, stop: threading.Event
+@dataclass
+class Seen:
+    """What a handler that writes slowly saw: body bytes sent, and whether the client closed
+    the connection before the answer was complete (set once it did)."""
+
+    sent: int = 0
+    client_left: threading.Event = field(default_factory=threading.Event)
+
+
+def left_within(conn: socket.socket, seconds: float) -> bool:
+    """Whether the client closed ``conn`` within ``seconds``. A client sends nothing while it
+    waits for an answer, so the connection turning readable means it closed (or reset) it."""
+    readable, _, _ = select.select([conn], [], [], seconds)
+    if not readable:
+        return False
+    try:
+        return conn.recv(1, socket.MSG_PEEK) == b""
+    except OSError:
+        return True
+
+
+def stall(
+    answer: bytes, *, stop: threading.Event, seen: Seen | None = None
 ) -> Callable[[socket.socket], bool]:
-    """Send the head, then ``piece`` body bytes every ``every_seconds`` until done or stopped."""
+    """Send ``answer`` (a head and part of its body), then nothing until the client closes the
+    connection (noted in ``seen``) or the server stops."""
+
+    def write(conn: socket.socket) -> bool:
+        conn.sendall(answer)
+        while not stop.is_set():
+            if left_within(conn, 0.05):
+                if seen is not None:
+                    seen.client_left.set()
+                return False
+        return False
+
+    return write
+
+
+def trickle(
+    answer: bytes,
+    body: bytes,
+    *,
+    every_seconds: float,
+    piece: int = 1,
+    stop: threading.Event,
+    seen: Seen | None = None,
+) -> Callable[[socket.socket], bool]:
+    """Send the head, then ``piece`` body bytes every ``every_seconds`` until done, stopped, or
+    the client closes the connection (noted in ``seen``, with the body bytes sent)."""
 
     def write(conn: socket.socket) -> bool:
         conn.sendall(answer)
         for offset in range(0, len(body), piece):
-            if stop.wait(every_seconds):
+            if stop.is_set():
+                return False
+            if left_within(conn, every_seconds):
+                if seen is not None:
+                    seen.client_left.set()
                 return False
             conn.sendall(body[offset : offset + piece])
+            if seen is not None:
+                seen.sent += len(body[offset : offset + piece])
         return True
 
     return write

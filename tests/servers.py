@@ -137,7 +137,8 @@ def serving(app: web.Application) -> Iterator[str]:
 
 Fault = str
 """One of: an HTTP status ("429", "503", "401", ...), ignore-range, wrong-content-range,
-short-body, drop, gzip, no-total, extra-bytes, stale-etag, stall."""
+short-body, drop, gzip, no-total, extra-bytes, stale-etag, stall (the answer held back for
+``stall_seconds``, or until the client leaves: then 499)."""
 
 
 class FaultyServer:
@@ -153,6 +154,7 @@ class FaultyServer:
         self.faults: dict[str, deque[Fault]] = {}
         self.log = Log()
         self.retry_after = "1"
+        self.stall_seconds = 5.0  # how long "stall" holds an answer back while its client stays
         self.honour_if_match = True
         self.send_etags = True  # False: answers carry no ETag (nor Last-Modified, never sent)
         self.gzip_when_offered = False
@@ -229,11 +231,9 @@ class FaultyServer:
             entry.status = int(fault)
             headers = {"Retry-After": self.retry_after} if fault in ("429", "503") else {}
             return web.Response(status=int(fault), headers=headers, text=f"fault {fault}")
-        if fault == "stall":
-            await asyncio.sleep(5)
-            if request.transport is None or request.transport.is_closing():
-                entry.status = 499  # the client left while the answer was held back
-                return web.Response(status=499)
+        if fault == "stall" and not await self._held_back(request):
+            entry.status = 499  # the client left while the answer was held back
+            return web.Response(status=499)
         if_match = request.headers.get("If-Match")
         if self.honour_if_match and if_match is not None and if_match != etag:
             entry.status = 412
@@ -269,6 +269,16 @@ class FaultyServer:
             # Announce the full length, send half, then cut the connection.
             return await self._send(request, entry, 206, body, headers, cut_at=len(body) // 2)
         return await self._send(request, entry, 206, body, headers)
+
+    async def _held_back(self, request: web.Request) -> bool:
+        """Hold the answer back for ``stall_seconds``; False as soon as the client leaves."""
+        loop = asyncio.get_running_loop()
+        until = loop.time() + self.stall_seconds
+        while request.transport is not None and not request.transport.is_closing():
+            if loop.time() >= until:
+                return True
+            await asyncio.sleep(0.02)
+        return False
 
     async def _send(
         self,

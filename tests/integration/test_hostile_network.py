@@ -1,8 +1,10 @@
 """A hostile network, round two: raw-socket servers that misbehave byte for byte.
 
 Every case runs on both data paths (the direct reader of ``sources/http/direct.py`` and httpx) and
-asserts the right bytes or the named error, within a bounded time and a bounded number of
-requests counted on the server, and that nothing is left on stderr or in the log.
+asserts the right bytes or the named error, a bounded number of requests counted on the server
+(and, where the client gives up on an answer, that the server saw it close the connection), and
+that nothing is left on stderr or in the log. No case asserts a duration: a call that would hang
+fails at the bound of ``tests/waiting.py``.
 """
 
 from __future__ import annotations
@@ -24,8 +26,19 @@ import pytest
 import remotetensors as rt
 from remotetensors.reading.progress import SHOW_AFTER_SECONDS
 from remotetensors.redact import redact_url
-from tests.rawservers import RawServer, Reply, Request, cut_after, head, partial, trickle
+from tests.rawservers import (
+    RawServer,
+    Reply,
+    Request,
+    Seen,
+    cut_after,
+    head,
+    partial,
+    stall,
+    trickle,
+)
 from tests.reference import write_reference
+from tests.waiting import finishes, until
 
 FAST = rt.HttpOptions(
     backoff_initial_seconds=0.01,
@@ -187,15 +200,13 @@ def test_a_server_that_sends_a_few_bytes_per_connection_fails_after_max_attempts
         return answer + body if number == 0 else cut_after(answer, body, sent)
 
     server = serve(answer)
-    started = time.monotonic()
     with (
         rt.safe_open(f"{server.url}/m.safetensors", http_options=FAST) as f,
         pytest.raises(rt.TransportError, match=r"body cut.*gave up after 4 attempts") as caught,
     ):
-        f.get_tensor("w")
+        finishes(lambda: f.get_tensor("w"))
     assert not isinstance(caught.value, rt.RequestTimeoutError)
     assert len(server.requests) == 1 + FAST.max_attempts
-    assert time.monotonic() - started < 10
 
 
 def test_resumes_that_make_real_progress_finish_the_read(
@@ -223,30 +234,27 @@ def test_a_body_that_stalls_fails_on_the_read_timeout_after_max_attempts(
 ) -> None:
     options = rt.HttpOptions(read_timeout_seconds=0.3, max_attempts=3, backoff_initial_seconds=0.01)
     holder: list[RawServer] = []
+    stalled: list[Seen] = []
 
     def answer(request: Request, number: int) -> Reply:
         answer, body = partial(OLD, request, fields=[("ETag", '"v1"')])
         if number == 0:
             return answer + body
-
-        def stall(conn: socket.socket) -> bool:
-            conn.sendall(answer + body[:sent])
-            holder[0].stopping.wait(10)
-            return False
-
-        return stall
+        stalled.append(Seen())  # the server sends nothing more until the client leaves
+        return stall(answer + body[:sent], stop=holder[0].stopping, seen=stalled[-1])
 
     server = serve(answer)
     holder.append(server)
-    started = time.monotonic()
     with (
         rt.safe_open(f"{server.url}/m.safetensors", http_options=options) as f,
         pytest.raises(rt.RequestTimeoutError, match="gave up after 3 attempts") as caught,
     ):
-        f.get_tensor("w")
+        finishes(lambda: f.get_tensor("w"))
     assert caught.value.bound == "read_timeout_seconds"
     assert len(server.requests) == 1 + options.max_attempts
-    assert time.monotonic() - started < 10
+    # Each stalled attempt ended with the client closing its connection (not the server).
+    assert len(stalled) == options.max_attempts
+    assert until(lambda: all(seen.client_left.is_set() for seen in stalled))
 
 
 def test_a_trickle_trips_the_throughput_floor(serve: Callable[..., RawServer]) -> None:
@@ -254,24 +262,25 @@ def test_a_trickle_trips_the_throughput_floor(serve: Callable[..., RawServer]) -
         read_timeout_seconds=3.0, min_bytes_per_second=1000.0, throughput_window_seconds=0.5
     )
     holder: list[RawServer] = []
+    seen = Seen()
 
     def answer(request: Request, number: int) -> Reply:
         answer, body = partial(OLD, request, fields=[("ETag", '"v1"')])
         if number == 0:
             return answer + body
-        return trickle(answer, body, every_seconds=0.1, stop=holder[0].stopping)
+        # 10 bytes/s: the read timeout alone never trips, the trickle would last hours.
+        return trickle(answer, body, every_seconds=0.1, stop=holder[0].stopping, seen=seen)
 
     server = serve(answer)
     holder.append(server)
-    started = time.monotonic()
     with (
         rt.safe_open(f"{server.url}/m.safetensors", http_options=options) as f,
         pytest.raises(rt.RequestTimeoutError, match="below min_bytes_per_second=1000") as caught,
     ):
-        f.get_tensor("w")
+        finishes(lambda: f.get_tensor("w"))
     assert caught.value.bound == "min_bytes_per_second"
-    assert time.monotonic() - started < 10  # bounded; the read timeout alone never trips
     assert len(server.requests) == 2  # not retried
+    assert until(seen.client_left.is_set)  # the client gave up on the connection
 
 
 def trickling_server(serve: Callable[..., RawServer], *, from_answer: int = 1) -> RawServer:
@@ -321,25 +330,30 @@ async def test_cancelling_a_slow_read_cancels_it_rather_than_tripping_the_floor(
 def test_a_steady_but_slow_answer_trips_the_deadline(serve: Callable[..., RawServer]) -> None:
     options = rt.HttpOptions(read_timeout_seconds=3.0, request_deadline_seconds=0.6)
     holder: list[RawServer] = []
+    seen = Seen()
+    body_bytes: list[int] = []
 
     def answer(request: Request, number: int) -> Reply:
         answer, body = partial(OLD, request, fields=[("ETag", '"v1"')])
         if number == 0:
             return answer + body
         # 80 KiB/s: far above the floor, but the 192 KiB take 2.4 s.
-        return trickle(answer, body, every_seconds=0.05, piece=4096, stop=holder[0].stopping)
+        body_bytes.append(len(body))
+        stop = holder[0].stopping
+        return trickle(answer, body, every_seconds=0.05, piece=4096, stop=stop, seen=seen)
 
     server = serve(answer)
     holder.append(server)
-    started = time.monotonic()
     with (
         rt.safe_open(f"{server.url}/m.safetensors", http_options=options) as f,
         pytest.raises(rt.RequestTimeoutError, match=r"request_deadline_seconds=0\.6") as caught,
     ):
-        f.get_tensor("w")
+        finishes(lambda: f.get_tensor("w"))
     assert caught.value.bound == "request_deadline_seconds"
-    assert time.monotonic() - started < 5
     assert len(server.requests) == 2
+    # The client cut the answer short: it left before the server had sent the whole body.
+    assert until(seen.client_left.is_set)
+    assert seen.sent < body_bytes[0]
 
 
 @pytest.fixture
@@ -368,13 +382,12 @@ NO_HANDSHAKE = rt.HttpOptions(
 
 
 def test_a_connection_that_is_never_accepted_times_out(unaccepting_port: int) -> None:
-    started = time.monotonic()
+    url = f"http://127.0.0.1:{unaccepting_port}/m.safetensors"
     with pytest.raises(rt.RequestTimeoutError, match="timed out") as caught:
-        rt.safe_open(
-            f"http://127.0.0.1:{unaccepting_port}/m.safetensors", http_options=NO_HANDSHAKE
-        )
+        finishes(lambda: rt.safe_open(url, http_options=NO_HANDSHAKE))
+    # Both attempts waited for the handshake until connect_timeout_seconds (a refused or
+    # failed connection is another error, a hang never returns).
     assert "gave up after 2 attempts" in str(caught.value)
-    assert 0.55 < time.monotonic() - started < 3
 
 
 async def test_a_connect_timeout_leaves_the_opening_task_fit_to_go_on(

@@ -400,24 +400,6 @@ def test_scan_under_rate_limits_slows_down_and_leaves_no_429_unhandled(
     assert waited > 0  # the limiter held requests back
 
 
-def test_limiter_paces_before_the_limit_and_blocks_after_a_429() -> None:
-    from remotetensors.sources.ratelimit import HostLimiter, parse_structured
-
-    assert parse_structured('"default";r=5;t=30') == {"r": 5.0, "t": 30.0}
-    assert parse_structured("12") == {"": 12.0}
-    limiter = HostLimiter("http://h")
-    limiter.observe(200, {"RateLimit-Policy": '"d";q=100;w=60', "RateLimit": '"d";r=50;t=30'})
-    assert limiter._interval_seconds == 0  # plenty left
-    limiter.observe(200, {"RateLimit": '"d";r=5;t=30'})
-    assert limiter._interval_seconds == pytest.approx(6.0)  # 5 left for 30 s: one per 6 s
-    limiter.observe(200, {"RateLimit": '"d";r=0;t=7'})
-    assert limiter._blocked_until > 0
-    other = HostLimiter("http://g")
-    other.observe(429, {"Retry-After": "3"})
-    assert other.throttled == 1
-    assert other._blocked_until > 0
-
-
 # --- the command line -----------------------------------------------------------------------------
 
 

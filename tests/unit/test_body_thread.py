@@ -8,6 +8,7 @@ import threading
 import time
 
 from remotetensors.sources.http import direct as rawhttp
+from tests.waiting import HANG_SECONDS, started
 
 
 def pair() -> tuple[socket.socket, socket.socket]:
@@ -48,36 +49,70 @@ def test_a_closed_connection_ends_it_with_what_arrived() -> None:
     ours.close()
 
 
-def test_a_shutdown_from_the_loop_wakes_it_at_once() -> None:
+def test_a_shutdown_from_the_loop_wakes_it_while_it_waits() -> None:
     ours, theirs = pair()
+    theirs.sendall(b"z" * 10)
     target = memoryview(bytearray(5000))
     stop = threading.Event()
-
-    def shut() -> None:
-        time.sleep(0.2)
-        stop.set()
-        ours.shutdown(socket.SHUT_RDWR)
-
-    threading.Thread(target=shut).start()
-    started = time.monotonic()
-    received, complete = rawhttp._receive(
-        ours, target, 0, lambda n: None, lambda n: None, stop, 30.0
+    receiving = threading.Event()
+    # Each wait for bytes lasts an hour and it never gives up on its own: only the shutdown
+    # can end it within the bound (a poll that the shutdown did not wake would hang).
+    outcome = started(
+        lambda: rawhttp._receive(
+            ours,
+            target,
+            0,
+            lambda n: receiving.set(),
+            lambda n: None,
+            stop,
+            3600.0,
+            poll_seconds=3600.0,
+        )
     )
-    assert (received, complete) == (0, False)
-    assert time.monotonic() - started < 0.9  # not the poll's one-second wait, nor 30 s
+    assert receiving.wait(HANG_SECONDS)  # it is in its loop; the peer sends nothing more
+    time.sleep(0.1)  # not a bound: lets it reach its wait (else it meets the shutdown sooner)
+    stop.set()
+    ours.shutdown(socket.SHUT_RDWR)
+    assert outcome() == (10, False)
     ours.close()
     theirs.close()
+
+
+class SteppingClock:
+    """Monotonic seconds that move ``step`` on every reading; the readings are kept."""
+
+    def __init__(self, step: float) -> None:
+        self.step = step
+        self.readings: list[float] = []
+
+    def __call__(self) -> float:
+        self.readings.append((len(self.readings) + 1) * self.step)
+        return self.readings[-1]
 
 
 def test_with_no_loop_to_stop_it_it_gives_up_after_its_idle_bound() -> None:
     ours, theirs = pair()  # the peer stays open and silent
     theirs.sendall(b"y" * 10)
     target = memoryview(bytearray(100))
-    started = time.monotonic()
-    received, complete = rawhttp._receive(
-        ours, target, 0, lambda n: None, lambda n: None, threading.Event(), 0.3
+    clock = SteppingClock(0.25)  # exact in binary: no rounding at the bound
+    idle = 1.0
+    outcome = started(
+        lambda: rawhttp._receive(
+            ours,
+            target,
+            0,
+            lambda n: None,
+            lambda n: None,
+            threading.Event(),
+            idle,
+            poll_seconds=0.001,
+            clock=clock,
+        )
     )
-    assert (received, complete) == (10, False)
-    assert time.monotonic() - started < 2.5  # the bound, plus at most one poll
+    assert outcome() == (10, False)
+    start, last_byte, *checks = clock.readings
+    assert last_byte - start == 0.25  # read when the 10 bytes came
+    # It went on waiting up to the bound and gave up at the first check past it.
+    assert [c - last_byte for c in checks] == [0.25, 0.5, 0.75, 1.0, 1.25]
     ours.close()
     theirs.close()

@@ -1,17 +1,34 @@
-"""One rate limiter per host, shared by every request of the process.
+"""Rate limits: one limiter per host, its state kept per policy, shared by the whole process.
 
-Every HTTP request of every model, scan and sync call asks the limiter of its host for a slot
-before it is sent (:meth:`HostLimiter.acquire`) and reports the answer's status and headers
-afterwards (:meth:`HostLimiter.observe`). The limiter learns from:
+Every HTTP request of every model, scan and sync call asks the limiter of its URL for a slot
+before it is sent (:meth:`RouteLimiter.acquire`) and reports the answer's status and headers
+afterwards (:meth:`RouteLimiter.observe`). The limiter reads:
 
-- ``429`` (and ``503``) with ``Retry-After``: nothing more goes to the host until then;
-- the IETF ``RateLimit`` header (``"name";r=<remaining>;t=<seconds to reset>``, also the older
-  ``RateLimit-Remaining`` / ``RateLimit-Reset`` pair) with ``RateLimit-Policy``
-  (``"name";q=<quota>;w=<window seconds>``): when few requests remain, the rest of the window is
-  spread over them (one every ``t / r`` seconds), so the limit is not hit at all; with none left
-  nothing is sent until the reset.
+- the IETF ``RateLimit`` and ``RateLimit-Policy`` fields (draft-ietf-httpapi-ratelimit-headers,
+  RFC 9651 Lists; see :func:`parse_policies` and :func:`parse_remaining`): a policy ``"api"``
+  with ``q`` requests per ``w`` seconds, and for the request just answered ``r`` requests left
+  of it until ``t`` seconds from now. When few remain, the rest of the window is spread over
+  them (one every ``t / r`` seconds), so the limit is not hit at all; with none left nothing
+  counted against that policy is sent until the reset. The older ``RateLimit-Remaining`` /
+  ``RateLimit-Reset`` pair counts as a policy without a name;
+- ``429`` (and ``503``) with ``Retry-After``: nothing counted against the policies the answer
+  named (or, naming none, nothing of the same route) goes out until then.
 
-The state is a few floats of ``time.monotonic()`` guarded by a thread lock (never held across an
+**Which policy a request counts against.** A host may count requests against several policies:
+the Hugging Face Hub has one for its API (``/api/...``, ``q=500`` per 5 minutes anonymously) and
+one for file downloads (every ``/resolve/`` URL, ``q=3000``). Only the answer says which one it
+counted (``RateLimit: "api";r=5;t=200``), so the limiter sorts requests into *routes* by their
+URL (:func:`route_of`: ``api`` for paths under ``/api/``, ``resolve`` for a path with a
+``resolve`` segment, ``""`` for all else) and learns from each answer the policies that its
+route's requests count against. A request waits only for those policies (and for a
+``Retry-After`` that its own route was given): an exhausted API policy does not hold back a
+download, and an answer about the download policy does not reset the API's pacing. A route
+learns its policies from its first answer; until then nothing holds it back.
+
+Policies counted in units other than requests (``qu`` other than ``"requests"``: bytes,
+concurrent requests) are ignored: their ``r`` says nothing about how many requests may go.
+
+The state is a few floats of a monotonic clock guarded by a thread lock (never held across an
 ``await``), so one limiter serves any number of event loops and threads. Time spent waiting is
 added to the tallies of :func:`tally_waits` (a context variable, inherited by tasks), which is
 how a scan reports its waiting per location and in total.
@@ -21,6 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import re
 import threading
@@ -30,8 +48,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
+from .structured_fields import Date, Item, parse_list
+
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Mapping
+    from collections.abc import Callable, Iterable, Iterator, Mapping
 
 log = logging.getLogger(__name__)
 
@@ -44,8 +64,12 @@ SLOW_DOWN_BELOW_REQUESTS = 16
 MAX_WAIT_SECONDS = 300.0
 """Longest single wait the limiter imposes (the hub's windows are 5 minutes)."""
 
-_ITEM = re.compile(r'(?:"([^"]*)"|([A-Za-z0-9_.-]+))\s*((?:;\s*[A-Za-z_]+\s*=\s*[^;,]+)*)')
-_PARAM = re.compile(r";\s*([A-Za-z_]+)\s*=\s*([^;,]+)")
+THROTTLED_WITHOUT_RETRY_AFTER_SECONDS = 1.0
+"""How long a route waits after a 429 that does not say (no ``Retry-After``)."""
+
+UNNAMED_POLICY = ""
+"""The name of the policy of the older ``RateLimit-Remaining``/``RateLimit-Reset`` fields,
+which name none (kept per route: nothing says that two routes share it)."""
 
 
 @dataclass
@@ -69,25 +93,83 @@ def tally_waits(tally: WaitTally) -> Iterator[WaitTally]:
         _tallies.reset(token)
 
 
-def parse_structured(value: str) -> dict[str, float]:
-    """The numeric parameters of the first item of a ``RateLimit``-style header.
+# --- reading the fields (no IO) -------------------------------------------------------------
 
-    ``'"default";r=50;t=30'`` -> ``{"r": 50.0, "t": 30.0}``; also accepts ``"50"`` alone
-    (returned as ``{"": 50.0}``). Unparseable values give ``{}``.
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    """One item of ``RateLimit-Policy``: ``quota`` units per ``window_seconds`` (None when not
+    said), counted in ``unit`` (``"requests"`` unless the server says otherwise)."""
+
+    name: str
+    quota: float
+    window_seconds: float | None = None
+    unit: str = "requests"
+
+
+@dataclass(frozen=True, slots=True)
+class Remaining:
+    """One item of ``RateLimit``: ``remaining`` units of policy ``name`` are left until
+    ``reset_seconds`` from now (None when not said)."""
+
+    name: str
+    remaining: float
+    reset_seconds: float | None = None
+
+
+def parse_policies(value: str) -> list[Policy]:
+    """The policies of a ``RateLimit-Policy`` field, in order.
+
+    ``'"fixed window";"api";q=500;w=300'`` (the hub's form) gives
+    ``[Policy("api", 500, 300)]``. Items that are no policy are skipped: a bare item that is
+    not a String or Token (the older drafts' ``100;w=60``), an item without a non-negative
+    number ``q`` (such as the hub's ``"fixed window"``), or with a ``w`` or ``qu`` of the
+    wrong type. Never raises.
     """
-    value = value.strip()
-    try:
-        return {"": float(value)}
-    except ValueError:
-        pass
-    match = _ITEM.match(value)
-    if match is None:
-        return {}
-    params: dict[str, float] = {}
-    for key, raw in _PARAM.findall(match.group(3) or ""):
-        with contextlib.suppress(ValueError):
-            params[key.lower()] = float(raw.strip().strip('"'))
-    return params
+    return list(_policies(value))
+
+
+@functools.lru_cache(maxsize=64)
+def _policies(value: str) -> tuple[Policy, ...]:
+    # A host sends the same few policy fields with every answer: read each once (10 us).
+    policies = []
+    for item in parse_list(value):
+        quota = _number(item, "q")
+        window = _number(item, "w")
+        unit = item.params.get("qu", "requests")
+        if not isinstance(item.value, str) or quota is None or not isinstance(unit, str):
+            continue
+        if window is None and "w" in item.params:
+            continue
+        policies.append(Policy(str(item.value), quota, window, str(unit)))
+    return tuple(policies)
+
+
+def parse_remaining(value: str) -> list[Remaining]:
+    """The items of a ``RateLimit`` field, in order.
+
+    ``'"api";r=5;t=200'`` gives ``[Remaining("api", 5, 200)]``. Items that are not a String or
+    Token with a non-negative number ``r`` (and ``t``, when given) are skipped. Never raises.
+    """
+    found = []
+    for item in parse_list(value):
+        remaining = _number(item, "r")
+        reset = _number(item, "t")
+        if not isinstance(item.value, str) or remaining is None:
+            continue
+        if reset is None and "t" in item.params:
+            continue
+        found.append(Remaining(str(item.value), remaining, reset))
+    return found
+
+
+def _number(item: Item, key: str) -> float | None:
+    """The parameter ``key`` as a non-negative number; None when absent or anything else
+    (Booleans and Dates are ``int`` in Python, but no counts)."""
+    value = item.params.get(key)
+    if isinstance(value, (bool, Date)) or not isinstance(value, (int, float)) or value < 0:
+        return None
+    return float(value)
 
 
 _DELAY_SECONDS = re.compile(r"[0-9]+")
@@ -113,33 +195,113 @@ def retry_after_seconds(value: str | None) -> float | None:
         return None
 
 
-class HostLimiter:
-    """The limiter of one host (scheme and authority). Get it with :func:`limiter_for`."""
+def route_of(path: str) -> str:
+    """The route of a request to ``path`` (see the module docstring): ``"api"`` under
+    ``/api/``, ``"resolve"`` for a path with a ``resolve`` segment, else ``""``."""
+    if path.startswith("/api/"):
+        return "api"
+    if "/resolve/" in path:
+        return "resolve"
+    return ""
 
-    def __init__(self, host: str) -> None:
+
+# --- the state ------------------------------------------------------------------------------
+
+_Key = tuple[str, str]
+"""A policy's state: ``(name, "")`` for a named policy, ``(UNNAMED_POLICY, route)`` for what a
+route learnt without a name (the older fields, a ``Retry-After`` naming no policy)."""
+
+
+@dataclass(slots=True)
+class _Bucket:
+    """What is known of one policy; times are seconds of the limiter's clock."""
+
+    blocked_until: float = 0.0  # nothing counted against it is sent before this
+    interval_seconds: float = 0.0  # pacing between requests while few remain
+    next_slot: float = 0.0
+    quota: float | None = None
+    window_seconds: float | None = None
+    counts_requests: bool = True
+
+    def pace_seconds(self) -> float:
+        """Seconds per request of the announced policy (window / quota), 0 when unknown."""
+        if self.quota and self.window_seconds:
+            return min(self.window_seconds / self.quota, MAX_WAIT_SECONDS)
+        return 0.0
+
+    def learn(self, remaining: float, reset_seconds: float, now: float) -> None:
+        """Pace or block after an answer that left ``remaining`` until ``reset_seconds``."""
+        threshold = max((self.quota or 0) * SLOW_DOWN_BELOW_FRACTION, SLOW_DOWN_BELOW_REQUESTS)
+        if remaining <= 0:
+            # Wait for the reset, then go at the policy's average pace: requests queued
+            # meanwhile would otherwise all leave at the reset and exhaust it again.
+            self.block(reset_seconds, now)
+            self.interval_seconds = self.pace_seconds()
+        elif remaining < threshold:
+            self.interval_seconds = min(reset_seconds / remaining, MAX_WAIT_SECONDS)
+        else:
+            self.interval_seconds = 0.0
+
+    def block(self, seconds: float, now: float) -> None:
+        self.blocked_until = max(self.blocked_until, now + min(seconds, MAX_WAIT_SECONDS))
+
+
+class HostLimiter:
+    """The limiter of one host (scheme and authority), its state per policy. Get a route's
+    view of it with :func:`limiter_for`.
+
+    Args:
+        host: ``scheme://authority``, for the log.
+        clock: seconds of a monotonic clock (tests pass their own).
+    """
+
+    def __init__(self, host: str, *, clock: Callable[[], float] = time.monotonic) -> None:
         self.host = host
+        self._clock = clock
         self._lock = threading.Lock()
-        self._blocked_until = 0.0  # monotonic seconds: nothing is sent before this
-        self._interval_seconds = 0.0  # pacing between requests while few remain
-        self._next_slot = 0.0
-        self._quota: float | None = None
-        self._window_seconds: float | None = None
+        self._buckets: dict[_Key, _Bucket] = {}
+        self._counted_against: dict[str, tuple[_Key, ...]] = {}  # route -> its policies
         self.waited_seconds = 0.0
         """Total seconds requests to this host waited (all scopes)."""
         self.throttled = 0
         """429 answers seen from this host."""
 
-    async def acquire(self) -> None:
-        """Wait until a request may be sent (returns at once when nothing is known)."""
+    def policies_of(self, route: str) -> tuple[str, ...]:
+        """The names of the policies that the last answer to ``route`` counted against."""
         with self._lock:
-            now = time.monotonic()
-            start = max(now, self._blocked_until, self._next_slot)
-            if self._interval_seconds:
-                self._next_slot = start + self._interval_seconds
-            wait = min(start - now, MAX_WAIT_SECONDS)
+            return tuple(name for name, _ in self._counted_against.get(route, ()))
+
+    def wait_seconds(self, route: str) -> float:
+        """How long a request of ``route`` sent now would wait (nothing is reserved)."""
+        with self._lock:
+            return self._start(route, reserve=False)
+
+    def reserve(self, route: str) -> float:
+        """Take the next slot of ``route``: the seconds to wait before sending (0 at once)."""
+        if not self._buckets:  # nothing learnt from this host: the common case, lock-free
+            return 0.0
+        with self._lock:
+            return self._start(route, reserve=True)
+
+    def _start(self, route: str, *, reserve: bool) -> float:
+        now = self._clock()
+        buckets = [self._buckets[key] for key in self._keys_of(route) if key in self._buckets]
+        start = max([now, *(b.blocked_until for b in buckets), *(b.next_slot for b in buckets)])
+        if reserve:
+            for bucket in buckets:
+                if bucket.interval_seconds:
+                    bucket.next_slot = start + bucket.interval_seconds
+        return min(start - now, MAX_WAIT_SECONDS)
+
+    def _keys_of(self, route: str) -> tuple[_Key, ...]:
+        return (*self._counted_against.get(route, ()), (UNNAMED_POLICY, route))
+
+    async def acquire(self, route: str) -> None:
+        """Wait until a request of ``route`` may be sent (at once when nothing holds it)."""
+        wait = self.reserve(route)
         if wait <= 0:
             return
-        log.debug("%s: waiting %.3f s for the rate limit", self.host, wait)
+        log.debug("%s: waiting %.3f s for the rate limit of %r", self.host, wait, route or "/")
         await asyncio.sleep(wait)
         with self._lock:
             self.waited_seconds += wait
@@ -147,72 +309,130 @@ class HostLimiter:
             tally.seconds += wait
             tally.waits += 1
 
-    def observe(self, status: int, headers: Mapping[str, str]) -> None:
-        """Learn from an answer: ``Retry-After`` on 429/503, and ``RateLimit`` headers."""
-        now = time.monotonic()
-        policy = headers.get("RateLimit-Policy")
+    def observe(self, route: str, status: int, headers: Mapping[str, str]) -> None:
+        """Learn from an answer to a request of ``route``: its policies, what remains of them,
+        and ``Retry-After`` on 429/503. Never raises for malformed fields (they are skipped)."""
+        policy_field = headers.get("RateLimit-Policy")
+        remaining_field = headers.get("RateLimit")
+        throttled = status in (429, 503)
+        if (
+            not throttled
+            and policy_field is None
+            and remaining_field is None
+            and headers.get("RateLimit-Remaining") is None
+        ):
+            return  # the common case: an answer that says nothing of limits
+        policies = _policies(policy_field) if policy_field else ()
+        remaining = parse_remaining(remaining_field) if remaining_field else []
         with self._lock:
-            if policy:
-                params = parse_structured(policy)
-                if params.get("q"):
-                    self._quota = params["q"]
-                    self._window_seconds = params.get("w") or self._window_seconds
-            if status in (429, 503):
-                if status == 429:
-                    self.throttled += 1
-                delay = retry_after_seconds(headers.get("Retry-After"))
-                if delay is None and status == 429:
-                    delay = 1.0
-                if delay is not None:
-                    self._blocked_until = max(
-                        self._blocked_until, now + min(delay, MAX_WAIT_SECONDS)
-                    )
-                    self._interval_seconds = max(self._interval_seconds, self._policy_pace())
-            remaining, reset = self._remaining_and_reset(headers)
-            if remaining is None or reset is None:
-                return
-            threshold = max(
-                (self._quota or 0) * SLOW_DOWN_BELOW_FRACTION, float(SLOW_DOWN_BELOW_REQUESTS)
-            )
-            if remaining <= 0:
-                # Wait for the reset, then go at the policy's average pace: requests queued
-                # meanwhile would otherwise all leave at the reset and exhaust it again.
-                self._blocked_until = max(self._blocked_until, now + min(reset, MAX_WAIT_SECONDS))
-                self._interval_seconds = self._policy_pace()
-            elif remaining < threshold:
-                self._interval_seconds = min(reset / remaining, MAX_WAIT_SECONDS)
-            else:
-                self._interval_seconds = 0.0
+            now = self._clock()
+            self._learn_policies(policies)
+            counted = self._learn_remaining(route, remaining, headers, now)
+            if counted:
+                self._counted_against[route] = counted
+            if throttled:
+                self._throttled(route, status, headers, counted, now)
 
-    def _policy_pace(self) -> float:
-        """Seconds per request of the announced policy (window / quota), 0 when unknown."""
-        if self._quota and self._window_seconds:
-            return min(self._window_seconds / self._quota, MAX_WAIT_SECONDS)
-        return 0.0
+    def _learn_policies(self, policies: Iterable[Policy]) -> None:
+        for policy in policies:
+            bucket = self._buckets.setdefault((policy.name, ""), _Bucket())
+            bucket.quota = policy.quota
+            bucket.window_seconds = policy.window_seconds or bucket.window_seconds
+            bucket.counts_requests = policy.unit == "requests"
 
-    @staticmethod
-    def _remaining_and_reset(headers: Mapping[str, str]) -> tuple[float | None, float | None]:
-        combined = headers.get("RateLimit")
-        if combined:
-            params = parse_structured(combined)
-            return params.get("r"), params.get("t")
-        remaining = headers.get("RateLimit-Remaining")
-        reset = headers.get("RateLimit-Reset")
-        if remaining is None or reset is None:
-            return None, None
-        return parse_structured(remaining).get(""), parse_structured(reset).get("")
+    def _learn_remaining(
+        self, route: str, items: list[Remaining], headers: Mapping[str, str], now: float
+    ) -> tuple[_Key, ...]:
+        """Pace the policies the answer names; returns their keys (the route's policies)."""
+        keyed = [((item.name, ""), item) for item in items]
+        if not keyed:
+            keyed = [((UNNAMED_POLICY, route), item) for item in _legacy_remaining(headers)]
+        counted = []
+        for key, item in keyed:
+            bucket = self._buckets.setdefault(key, _Bucket())
+            if not bucket.counts_requests:
+                continue
+            counted.append(key)
+            reset = item.reset_seconds if item.reset_seconds is not None else bucket.window_seconds
+            if reset is not None:
+                bucket.learn(item.remaining, reset, now)
+        return tuple(counted)
+
+    def _throttled(
+        self,
+        route: str,
+        status: int,
+        headers: Mapping[str, str],
+        counted: tuple[_Key, ...],
+        now: float,
+    ) -> None:
+        """A 429 or 503: block what the answer counted against (else the route) until its
+        ``Retry-After``, then go at the policy's average pace."""
+        if status == 429:
+            self.throttled += 1
+        delay = retry_after_seconds(headers.get("Retry-After"))
+        if delay is None and status == 429:
+            delay = THROTTLED_WITHOUT_RETRY_AFTER_SECONDS
+        if delay is None:
+            return
+        for key in counted or ((UNNAMED_POLICY, route),):
+            bucket = self._buckets.setdefault(key, _Bucket())
+            bucket.block(delay, now)
+            bucket.interval_seconds = max(bucket.interval_seconds, bucket.pace_seconds())
+
+
+def _legacy_remaining(headers: Mapping[str, str]) -> list[Remaining]:
+    """The older ``RateLimit-Remaining`` and ``RateLimit-Reset`` pair (plain integers) as an
+    item of the route's unnamed policy, or ``[]``."""
+    remaining = headers.get("RateLimit-Remaining")
+    reset = headers.get("RateLimit-Reset")
+    if remaining is None or reset is None:
+        return []
+    try:
+        left, seconds = float(remaining.strip()), float(reset.strip())
+    except ValueError:
+        return []
+    if not (0 <= left < float("inf") and 0 <= seconds < float("inf")):
+        return []
+    return [Remaining(UNNAMED_POLICY, left, seconds)]
+
+
+@dataclass(frozen=True, slots=True)
+class RouteLimiter:
+    """A host's limiter as seen by the requests of one route (what :func:`limiter_for`
+    gives): the methods of :class:`HostLimiter` with the route filled in."""
+
+    host: HostLimiter
+    route: str
+
+    async def acquire(self) -> None:
+        """Wait until a request of this route may be sent (see :meth:`HostLimiter.acquire`)."""
+        await self.host.acquire(self.route)
+
+    def observe(self, status: int, headers: Mapping[str, str]) -> None:
+        """Learn from an answer to this route (see :meth:`HostLimiter.observe`)."""
+        self.host.observe(self.route, status, headers)
+
+    def wait_seconds(self) -> float:
+        """How long a request of this route sent now would wait."""
+        return self.host.wait_seconds(self.route)
+
+    def policies(self) -> tuple[str, ...]:
+        """The policies the last answer to this route counted against."""
+        return self.host.policies_of(self.route)
 
 
 _registry: dict[str, HostLimiter] = {}
 _registry_lock = threading.Lock()
 
 
-def limiter_for(url: str) -> HostLimiter:
-    """The process-wide limiter of ``url``'s host (created on first use)."""
+def limiter_for(url: str) -> RouteLimiter:
+    """The process-wide limiter of ``url``'s host, for ``url``'s route (created on first
+    use)."""
     parts = urlsplit(url)
     host = f"{parts.scheme.lower()}://{parts.netloc.lower()}"
     with _registry_lock:
         limiter = _registry.get(host)
         if limiter is None:
             limiter = _registry[host] = HostLimiter(host)
-        return limiter
+    return RouteLimiter(limiter, route_of(parts.path))

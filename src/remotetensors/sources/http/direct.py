@@ -73,6 +73,10 @@ _REPORT_SECONDS = 0.05, 0.5
 ``_REPORT_BYTES`` and the first of these seconds have passed, or the second alone: a few
 wake-ups of the loop per second and body, rather than one per receive."""
 
+_POLL_SECONDS = 1.0
+"""Longest single wait of a body thread for its socket to become readable: a bound on how late
+it notices its ``stop`` event (the loop also shuts the socket down, which wakes it at once)."""
+
 _executor: ThreadPoolExecutor | None = None
 
 
@@ -380,33 +384,37 @@ def _receive(
     counted: Callable[[int], None],
     stop: threading.Event,
     idle_seconds: float,
+    *,
+    poll_seconds: float = _POLL_SECONDS,
+    clock: Callable[[], float] = time.monotonic,
 ) -> tuple[int, bool]:
     """In a worker thread: receive ``target[received:]`` from ``sock`` (non-blocking, as the
     loop left it), then close ``sock``. Returns the bytes now in ``target`` and whether it is
     complete. The connection closing, an error, ``stop``, or ``idle_seconds`` without a byte
     end it early (the loop's watchdog ends a stalled body first; this bound holds if the loop
-    is gone, so that no thread outlives it waiting and the interpreter can exit). Every
-    receive's size goes to ``moved``, and to ``counted`` now and then (see
-    :data:`_REPORT_SECONDS`; the rest at the end)."""
+    is gone, so that no thread outlives it waiting and the interpreter can exit). Each wait for
+    bytes lasts at most ``poll_seconds``; ``clock`` (seconds, monotonic) measures the idle time
+    and the reports. Every receive's size goes to ``moved``, and to ``counted`` now and then
+    (see :data:`_REPORT_SECONDS`; the rest at the end)."""
     expected = len(target)
     unreported = 0
     soonest, latest = _REPORT_SECONDS
-    reported_at = last_byte_at = time.monotonic()
+    reported_at = last_byte_at = clock()
     wait: Callable[[], object]
     if hasattr(select, "poll"):
         poller = select.poll()
         poller.register(sock.fileno(), select.POLLIN)
-        wait = functools.partial(poller.poll, 1000)
+        wait = functools.partial(poller.poll, poll_seconds * 1000)
     else:  # Windows
-        wait = functools.partial(select.select, [sock], [], [], 1.0)
+        wait = functools.partial(select.select, [sock], [], [], poll_seconds)
     try:
         while received < expected:
             try:
                 nbytes = sock.recv_into(target[received:])
             except BlockingIOError:
-                if stop.is_set() or time.monotonic() - last_byte_at > idle_seconds:
+                if stop.is_set() or clock() - last_byte_at > idle_seconds:
                     break
-                wait()  # at most a second: the loop shuts the socket down to stop us sooner
+                wait()  # bounded: the loop shuts the socket down to stop us sooner
                 continue
             except OSError:
                 break
@@ -415,7 +423,7 @@ def _receive(
             received += nbytes
             moved(nbytes)
             unreported += nbytes
-            last_byte_at = time.monotonic()
+            last_byte_at = clock()
             waited = last_byte_at - reported_at
             if waited >= latest or (waited >= soonest and unreported >= _REPORT_BYTES):
                 counted(unreported)

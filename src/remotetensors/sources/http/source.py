@@ -45,7 +45,7 @@ from ...ranges import ByteRange
 from ...redact import redact_url
 from ...status import Retrying, retrying
 from ..base import ByteSource, Prefix
-from ..ratelimit import HostLimiter, limiter_for
+from ..ratelimit import RouteLimiter, limiter_for
 from ..recipe import SourceRecipe
 from . import client as client_module
 from .answer import (
@@ -85,6 +85,7 @@ from .via_httpx import HttpxTransport
 __all__ = ["HttpSource"]
 
 _MAX_REDIRECTS = 20  # as httpx's default
+_A_REDIRECT = 302  # the status shown for a followed hop (a transport keeps only its headers)
 
 
 def _turns(client: Client) -> contextlib.AbstractAsyncContextManager[object]:
@@ -158,7 +159,7 @@ class HttpSource(ByteSource):
         self._raw: RawRangeClient | None = None
         self._proxied: bool | None = None  # a proxy in the environment (a caller's client)
         self._via_direct: DirectTransport | None = None
-        self._limiter: tuple[str, HostLimiter] | None = None  # the data URL's, see _limiter_of
+        self._limiter: tuple[str, RouteLimiter] | None = None  # the data URL's, see _limiter_of
         self.first_responses: list[ResponseHeaders] = []
         """Headers of every answer to the first request: the redirects in order, then the
         final answer (e.g. the hub's ``X-Repo-Commit``, which its redirect to a CDN carries)."""
@@ -211,13 +212,25 @@ class HttpSource(ByteSource):
             )
         return self._raw
 
-    def _limiter_of(self, url: str) -> HostLimiter:
-        """The process-wide limiter of ``url``'s host (see :mod:`..ratelimit`); the last one
-        asked for is kept, since finding it parses the URL and every request asks twice."""
+    def _limiter_of(self, url: str) -> RouteLimiter:
+        """The process-wide limiter of ``url``'s host and route (see :mod:`..ratelimit`); the
+        last one asked for is kept, since finding it parses the URL and every request asks
+        twice."""
         kept = self._limiter
         if kept is None or kept[0] != url:
             kept = self._limiter = (url, limiter_for(url))
         return kept[1]
+
+    def _observe_limits(self, head: Head, url: str) -> None:
+        """Show an answer to the rate limiters. When the transport followed redirects from
+        ``url``, the first hop is the answer of ``url``'s host (the hub's redirect, with the
+        ``RateLimit`` fields of its download policy) and the final answer is of another host:
+        each goes to its own host's limiter (the hosts of hops between are not known)."""
+        if not head.hops or head.url == url:
+            self._limiter_of(url).observe(head.status, head.headers)
+            return
+        self._limiter_of(url).observe(_A_REDIRECT, head.hops[0])
+        self._limiter_of(head.url).observe(head.status, head.headers)
 
     def _transport(self, *, first: bool) -> Transport:
         """The direct reader where :meth:`_direct` allows it, else httpx."""
@@ -449,7 +462,7 @@ class HttpSource(ByteSource):
 
         def accept(head: Head) -> memoryview | Discard | None:
             try:  # nothing may escape: the direct reader calls this from its protocol
-                self._limiter_of(url).observe(head.status, head.headers)
+                self._observe_limits(head, url)
                 if head.url != url:  # the transport followed redirects
                     self._data_url = head.url
                 if first:
