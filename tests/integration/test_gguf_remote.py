@@ -305,6 +305,18 @@ def test_hub_listing_follows_pages(
     assert len([e for e in hub.log.entries if "/tree/" in e.path]) == 3
 
 
+def test_a_gguf_file_of_a_one_word_hub_repo(
+    gguf_root: dict[str, Any], hub: HubStandIn, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # ``.gguf`` names a file as ``.safetensors`` does: gpt2 is the repo, model.gguf its file.
+    monkeypatch.setenv("HF_ENDPOINT", hub.endpoint)
+    hub.add("gpt2", {"model.gguf": gguf_root["single"].read_bytes()})
+    with rt.safe_open("hf://gpt2/model.gguf", token=False) as f:
+        assert f.keys() == sorted(gguf_root["ref"].tensors)
+    with rt.open_model("hf://gpt2/model.gguf", token=False) as model:
+        assert model.files == ["model.gguf"]
+
+
 def test_local_folder_with_one_gguf_model(gguf_root: dict[str, Any]) -> None:
     folder = gguf_root["parts"][0].parent
     with rt.open_model(folder) as model:

@@ -22,6 +22,7 @@ from ...errors import LocationError, NotFoundError, PermissionDeniedError
 from ..base import Prefix
 from ..http.client import HttpOptions
 from ..http.source import HttpSource
+from ..names import names_file
 from ..recipe import SourceRecipe
 
 if TYPE_CHECKING:
@@ -31,7 +32,6 @@ if TYPE_CHECKING:
     from ..http.head import ResponseHeaders
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
-_FILE_SUFFIXES = (".safetensors", ".bt", ".json")
 
 
 def is_hub_location(location: str) -> bool:
@@ -78,7 +78,7 @@ class HubPath:
             )
         # Legacy repos have one-word names (``gpt2``, ``bert-base-uncased``) and the hub still
         # serves them: a lone name, or one followed by a file name, is such a repo.
-        legacy = len(parts) == 1 or parts[1].endswith(_FILE_SUFFIXES)
+        legacy = len(parts) == 1 or names_file(parts[1])
         repo_parts, rest = (parts[:1], parts[1:]) if legacy else (parts[:2], parts[2:])
         revision = None
         if "@" in repo_parts[-1]:
