@@ -30,12 +30,16 @@ from tests.rawservers import RawServer, Reply, Request, head, partial
 from tests.reference import write_reference
 
 
-def files_handler(files: dict[str, bytes]) -> Callable[[Request, int], Reply]:
+def files_handler(
+    files: dict[str, bytes], *, queries: bool = False
+) -> Callable[[Request, int], Reply]:
     """``/files/{name}`` with ranges; ``/moved/{name}`` redirects there with a small body; a
-    missing file is a 404 with a small body. Every answer keeps the connection."""
+    missing file is a 404 with a small body. Every answer keeps the connection. With
+    ``queries``, a query after the name is ignored (a signed URL's)."""
 
     def answer(request: Request, number: int) -> Reply:
-        folder, _, name = request.target.lstrip("/").partition("/")
+        target = request.target.split("?", 1)[0] if queries else request.target
+        folder, _, name = target.lstrip("/").partition("/")
         if folder == "moved":
             return head("302 Found", [("Location", f"/files/{name}"), ("Content-Length", "5")]) + (
                 b"moved"

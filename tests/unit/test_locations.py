@@ -28,7 +28,9 @@ def test_every_file_suffix_names_a_file_everywhere(suffix: str) -> None:
     assert (place.repo.repo.repo_id, name) == ("gpt2", f"model{suffix}")
     place, name = split_location(f"https://host/dir/model{suffix}?sig=1")
     assert isinstance(place, HttpPlace)
-    assert (place.base, name) == ("https://host/dir", f"model{suffix}?sig=1")
+    assert (place.base, name) == ("https://host/dir", f"model{suffix}")
+    # The query stays with the file, out of its name (a signed URL's secret).
+    assert place.location(f"model{suffix}") == f"https://host/dir/model{suffix}?sig=***"
 
 
 def test_a_gguf_file_of_a_legacy_repo() -> None:

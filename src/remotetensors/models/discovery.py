@@ -100,6 +100,7 @@ async def discover(
     Raises:
         NotFoundError, AmbiguousModelError, HeaderError: see :func:`.model.load_model`.
     """
+    location = redact_url(location)  # named in messages and log lines only: no secrets
     opened: list[AsyncTensorFile] = []
     stack.push_async_callback(close_files, opened)  # the files as they are when it unwinds
     # Configs are read alongside the weights' headers (no extra round); a scan that does not
@@ -235,10 +236,8 @@ async def _gguf_instead(
             "nor a .gguf file exists; name a subfolder, a file or an index explicitly"
         )
     raise NotFoundError(
-        f"{redact_url(location)}: no model here: neither "
-        f"{redact_url(place.location(SINGLE_FILE))} nor "
-        f"{redact_url(place.location(INDEX_FILE))} exists; name another file or index "
-        "explicitly"
+        f"{location}: no model here: neither {place.location(SINGLE_FILE)} nor "
+        f"{place.location(INDEX_FILE)} exists; name another file or index explicitly"
     )
 
 
@@ -286,7 +285,7 @@ async def _read_shard_index(place: Place, name: str) -> ShardIndex:
             data += await source.read(len(data), prefix.size)
     finally:
         await source.aclose()
-    return parse_index(data, location=redact_url(place.location(name)))
+    return parse_index(data, location=place.location(name))
 
 
 async def _sharded(
@@ -327,7 +326,7 @@ async def _sharded(
                 HeaderErrorKind.INVALID_TENSOR_INFO,
                 f"the weight map puts tensor `{tensor}` in {file}, but that file has no such "
                 "tensor",
-                location=redact_url(place.location(INDEX_FILE)),
+                location=place.location(INDEX_FILE),
             )
         rows[tensor] = placed(row, file)
     unmapped = tuple(

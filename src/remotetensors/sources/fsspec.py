@@ -28,6 +28,7 @@ from ..errors import (
     RemoteFileChangedError,
     TransportError,
 )
+from ..redact import redact_text, redact_url
 from .base import ByteSource, Prefix
 from .recipe import SourceRecipe
 
@@ -55,7 +56,8 @@ class FsspecSource(ByteSource):
         storage_options: Mapping[str, Any] | None = None,
         fs: fsspec.AbstractFileSystem | None = None,
     ) -> None:
-        self._url = url
+        self._given = url  # with its secrets: what another process must open again
+        self._url = redact_url(url)  # named in every message and as the location
         # Kept to reopen the file in another process; None when a ready filesystem was given.
         self._storage_options = None if fs is not None else dict(storage_options or {})
         if fs is None:
@@ -94,7 +96,7 @@ class FsspecSource(ByteSource):
             )
         return SourceRecipe(
             "fsspec",
-            self._url,
+            self._given,
             self._url,
             self._size,
             self._validator,
@@ -197,16 +199,18 @@ class FsspecSource(ByteSource):
                 f"{self._url}: the object changed since it was opened (ETag {self._validator} "
                 "no longer matches); open it again to read the new version"
             )
+        # The backend's own words may quote the URL or path with its query: redacted too.
+        said = redact_text(str(exc))
         if isinstance(exc, FileNotFoundError):
-            return NotFoundError(f"{self._url}: not found ({exc})")
+            return NotFoundError(f"{self._url}: not found ({said})")
         if isinstance(exc, PermissionError):
             return PermissionDeniedError(
-                f"{self._url}: access denied ({exc}); check the credentials in storage_options "
+                f"{self._url}: access denied ({said}); check the credentials in storage_options "
                 "or the AWS_* environment variables"
             )
         if isinstance(exc, (BadResponseError, RemoteFileChangedError)):
             return exc
-        return TransportError(f"{self._url}: {type(exc).__name__}: {exc}")
+        return TransportError(f"{self._url}: {type(exc).__name__}: {said}")
 
 
 def _filesystem(
@@ -219,21 +223,22 @@ def _filesystem(
         LocationError: an unknown protocol, or options the filesystem does not take.
         TransportError: the filesystem could not connect (FTP and SFTP connect right here).
     """
+    shown = redact_url(url)
     try:
         fs, path = fsspec.core.url_to_fs(url, **dict(storage_options or {}))
     except ImportError as exc:
-        raise MissingDependencyError(f"{url}: {_install_hint(exc)}") from exc
+        raise MissingDependencyError(f"{shown}: {_install_hint(exc)}") from exc
     except OSError as exc:
-        raise TransportError(f"{url}: cannot connect: {exc}") from exc
+        raise TransportError(f"{shown}: cannot connect: {redact_text(str(exc))}") from exc
     except Exception as exc:
         if "Protocol not known" in str(exc):
             protocol = url.split("://", 1)[0]
             raise LocationError(
-                f"{url}: unknown protocol {protocol!r}; expected hf://, http(s)://, s3://, "
+                f"{shown}: unknown protocol {protocol!r}; expected hf://, http(s)://, s3://, "
                 "another fsspec protocol, file:// or a local path"
             ) from exc
         raise LocationError(
-            f"{url}: cannot set up its filesystem: {type(exc).__name__}: {exc}"
+            f"{shown}: cannot set up its filesystem: {type(exc).__name__}: {redact_text(str(exc))}"
         ) from exc
     return fs, path
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
 
+from ..redact import redact_url
 from .base import CountingSource, Traffic
 from .http.client import HttpOptions
 from .http.source import HttpSource
@@ -42,7 +43,8 @@ class Place(ABC):
 
     @abstractmethod
     def location(self, name: str) -> str:
-        """The location of file ``name`` (a relative path) in this place."""
+        """The location of file ``name`` (a relative path) in this place, as messages name it
+        (its secrets redacted: a password or signature in the place's URL is ``***``)."""
 
     @abstractmethod
     def _source(self, name: str) -> ByteSource:
@@ -98,12 +100,18 @@ class HttpPlace(Place):
     http_options: HttpOptions | None = None
     client: Client | None = None
     traffic: dict[str, Traffic] = field(default_factory=dict)
+    queries: Mapping[str, str] = field(default_factory=dict)
+    """File name -> the query of its URL (``"?X-Amz-Signature=..."``), for the file the user
+    named with one: its name (in the model's files, tables and traffic) carries no secret."""
 
     def location(self, name: str) -> str:
-        return f"{self.base}/{name}"
+        return redact_url(self._url(name))
+
+    def _url(self, name: str) -> str:
+        return f"{self.base}/{name}{self.queries.get(name, '')}"
 
     def _source(self, name: str) -> ByteSource:
-        return open_source(self.location(name), http_options=self.http_options, client=self.client)
+        return open_source(self._url(name), http_options=self.http_options, client=self.client)
 
 
 @dataclass
@@ -118,12 +126,17 @@ class FsspecPlace(Place):
     base: str
     storage_options: Mapping[str, Any] | None = None
     traffic: dict[str, Traffic] = field(default_factory=dict)
+    queries: Mapping[str, str] = field(default_factory=dict)
+    """File name -> the query of its URL, as for :class:`HttpPlace`."""
 
     def location(self, name: str) -> str:
-        return f"{self.base}/{name}"
+        return redact_url(self._url(name))
+
+    def _url(self, name: str) -> str:
+        return f"{self.base}/{name}{self.queries.get(name, '')}"
 
     def _source(self, name: str) -> ByteSource:
-        return open_source(self.location(name), storage_options=self.storage_options)
+        return open_source(self._url(name), storage_options=self.storage_options)
 
     async def list_files(self) -> list[str] | None:
         import asyncio
@@ -198,10 +211,14 @@ def split_location(
         return LocalPlace(folder or "."), name
     stripped = text.rstrip("/")
     head, _, last = stripped.rpartition("/")
-    base, name = (head, last) if names_file(last) and not text.endswith("/") else (stripped, None)
+    base, name, queries = stripped, None, {}
+    if names_file(last) and not text.endswith("/"):
+        # A signed URL's query stays with its file, out of the file's name.
+        name, mark, query = last.partition("?")
+        base, queries = head, ({name: mark + query} if mark else {})
     if scheme in ("http", "https"):
-        return HttpPlace(base, http_options, client), name
-    return FsspecPlace(base, storage_options), name
+        return HttpPlace(base, http_options, client, queries=queries), name
+    return FsspecPlace(base, storage_options, queries=queries), name
 
 
 def open_local_source(location: str | os.PathLike[str]) -> LocalSource | None:

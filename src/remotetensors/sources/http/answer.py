@@ -176,17 +176,19 @@ def decide(head: Head, asked: Asked, pin: VersionPin, terms: Terms) -> Decision:
 def status_error(
     status: int, url: str, headers: ResponseHeaders | None, shown: str
 ) -> NotFoundError | PermissionDeniedError | BadResponseError:
-    """The error for an answer ``status`` from ``url`` (``X-Error-Code`` named when sent)."""
+    """The error for an answer ``status`` from ``url`` (``X-Error-Code`` named when sent);
+    ``url`` is named redacted, whatever the status."""
     code = headers.get("X-Error-Code") if headers is not None else None
     detail = f" ({code})" if code else ""
+    where = redact_url(url)
     if status in (404, 410):
-        return NotFoundError(f"{shown}: not found (HTTP {status}{detail} from {redact_url(url)})")
+        return NotFoundError(f"{shown}: not found (HTTP {status}{detail} from {where})")
     if status in (401, 403):
         return PermissionDeniedError(
-            f"{shown}: access denied (HTTP {status}{detail} from {redact_url(url)}); a "
+            f"{shown}: access denied (HTTP {status}{detail} from {where}); a "
             "private or gated file needs a token, e.g. an Authorization header or HF_TOKEN"
         )
-    return BadResponseError(f"{shown}: unexpected HTTP {status}{detail} from {url}")
+    return BadResponseError(f"{shown}: unexpected HTTP {status}{detail} from {where}")
 
 
 def range_ignored(declared: str | None, start: int, end: int, shown: str) -> RangeNotSupportedError:
