@@ -201,9 +201,9 @@ def test_a_hub_model_with_the_one_call_endpoint_never_builds_an_httpx_client(
 def test_a_metadata_answer_the_direct_reader_leaves_goes_through_httpx(
     hub: HubStandIn, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    from remotetensors.sources.hub import api as hubapi
+    from remotetensors.sources.http import whole
 
-    monkeypatch.setattr(hubapi, "MAX_DIRECT_BODY_BYTES", 10)  # every answer is "too large"
+    monkeypatch.setattr(whole, "MAX_DIRECT_BODY_BYTES", 10)  # every answer is "too large"
     monkeypatch.setenv("HF_HOME", str(tmp_path))
     monkeypatch.setenv("HF_ENDPOINT", hub.endpoint)
     files, tensors = sharded(shards=3, layers_per_shard=1)

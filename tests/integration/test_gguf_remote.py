@@ -268,14 +268,15 @@ def test_hub_repo_with_several_gguf_files(
     parts = gguf_root["parts"]
     files = {"README.md": b"# model", "m-Q8_0.gguf": single, "m-Q4_K_M.gguf": single}
     files.update({f"big/{p.name}": p.read_bytes() for p in parts})
-    hub.add("org/many", files)
+    commit = hub.add("org/many", files)
     with pytest.raises(rt.AmbiguousModelError) as err:
         rt.open_model("hf://org/many", token=False)
     message = str(err.value)
     for name in ("m-Q8_0.gguf", "m-Q4_K_M.gguf", f"big/{parts[0].name} (3 parts)"):
         assert name in message
     assert err.value.choices == [f"big/{parts[0].name}", "m-Q4_K_M.gguf", "m-Q8_0.gguf"]
-    assert any("/api/models/org/many/tree/main" in e.path for e in hub.log.entries)
+    # Listed at the commit the first answers named (not at main, which may move meanwhile).
+    assert any(f"/api/models/org/many/tree/{commit}" in e.path for e in hub.log.entries)
     # The command line names one with --file.
     status = main(["params", "hf://org/many", "--file", "m-Q8_0.gguf", "--json"])
     out = capsys.readouterr().out

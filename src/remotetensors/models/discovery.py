@@ -99,6 +99,8 @@ async def discover(
 
     Raises:
         NotFoundError, AmbiguousModelError, HeaderError: see :func:`.model.load_model`.
+        RemoteFileChangedError: a hub repo was pushed to while its files were read (they
+            would come from two commits).
     """
     location = redact_url(location)  # named in messages and log lines only: no secrets
     opened: list[AsyncTensorFile] = []
@@ -192,7 +194,7 @@ async def _at_folder(
             return dict(files), index
         if index_task is None:
             if answer.status == 404:
-                index_error = NotFoundError(f"{place.location(INDEX_FILE)}: not found")
+                index_error = hub_onecall.refusal(call, answer, INDEX_FILE)
             elif answer.status in (401, 403):
                 raise single_error
             else:
