@@ -92,37 +92,32 @@ def assert_no_secret(error: BaseException, caplog: pytest.LogCaptureFixture) -> 
 @pytest.mark.usefixtures("data_path")
 @pytest.mark.parametrize("status", list(STATUSES))
 @pytest.mark.parametrize("signed", [False, True], ids=["own URL", "signed redirect"])
-def test_a_later_refusal_names_the_url_without_its_secrets(
+@pytest.mark.parametrize("first", [True, False], ids=["first request", "later request"])
+def test_a_refusal_names_the_url_without_its_secrets(
     serve: Callable[..., RawServer],
     caplog: pytest.LogCaptureFixture,
     status: str,
     signed: bool,
+    first: bool,
 ) -> None:
     caplog.set_level(logging.DEBUG, logger="remotetensors")
-    url, shown = secret_url(serve, status, signed=signed, first=False)
+    url, shown = secret_url(serve, status, signed=signed, first=first)
+    error = refusal(url, shown, first=first)
+    assert str(error).startswith(shown)
+    assert_no_secret(error, caplog)
+
+
+def refusal(url: str, shown: str, *, first: bool) -> BaseException:
+    """The error of opening ``url`` (``first``), or of reading a tensor once it is open."""
+    if first:
+        with pytest.raises(rt.RemoteTensorsError) as opening:
+            rt.safe_open(url, http_options=FAST)
+        return opening.value
     with rt.safe_open(url, http_options=FAST) as f:
         assert shown in repr(f)
-        with pytest.raises(rt.RemoteTensorsError) as caught:
+        with pytest.raises(rt.RemoteTensorsError) as reading:
             f.get_tensor("w")
-    assert str(caught.value).startswith(shown)
-    assert_no_secret(caught.value, caplog)
-
-
-@pytest.mark.usefixtures("data_path")
-@pytest.mark.parametrize("status", list(STATUSES))
-@pytest.mark.parametrize("signed", [False, True], ids=["own URL", "signed redirect"])
-def test_a_first_refusal_names_the_url_without_its_secrets(
-    serve: Callable[..., RawServer],
-    caplog: pytest.LogCaptureFixture,
-    status: str,
-    signed: bool,
-) -> None:
-    caplog.set_level(logging.DEBUG, logger="remotetensors")
-    url, shown = secret_url(serve, status, signed=signed, first=True)
-    with pytest.raises(rt.RemoteTensorsError) as caught:
-        rt.safe_open(url, http_options=FAST)
-    assert str(caught.value).startswith(shown)
-    assert_no_secret(caught.value, caplog)
+    return reading.value
 
 
 def test_a_model_at_a_prefix_with_a_password_names_no_secret(
