@@ -22,6 +22,7 @@ import math
 import re
 import struct
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from urllib.parse import unquote
 
@@ -53,6 +54,9 @@ class HubStandIn:
     ``/resolve/`` URLs, ``pages`` for the rest, each answer carrying its bucket's fields in the
     hub's form (``RateLimit-Policy: "fixed window";"api";q=500;w=300``,
     ``RateLimit: "api";r=499;t=300``); a bucket not in the mapping is not limited.
+    ``faults`` (:meth:`fail`) answers chosen requests with an error instead; ``before`` is
+    awaited with each request's path before the hub answers it (a test pushes a commit there,
+    between two reads of one discovery).
     """
 
     def __init__(self) -> None:
@@ -64,6 +68,8 @@ class HubStandIn:
         self.rate_limits: dict[str, tuple[int, float]] = {}
         self.throttled = 0
         self._windows: dict[str, tuple[float, int]] = {}  # bucket -> (start, requests counted)
+        self.faults: list[tuple[str, int, dict[str, str]]] = []
+        self.before: Callable[[str], Awaitable[None]] | None = None
         self._blobs: dict[str, bytes] = {}
         app = web.Application()
         app.router.add_route("*", "/{tail:.+}", self._resolve)
@@ -96,6 +102,20 @@ class HubStandIn:
             self._blobs[hashlib.sha256(data).hexdigest()] = data
         return commit
 
+    def fail(self, fragment: str, status: int, times: int = 1, **headers: str) -> None:
+        """Answer the next ``times`` hub requests whose path holds ``fragment`` with ``status``
+        and ``headers`` (underscores in a name become dashes), before any other rule."""
+        fields = {name.replace("_", "-"): value for name, value in headers.items()}
+        self.faults += [(fragment, status, fields)] * times
+
+    def _fault(self, entry: Entry) -> web.Response | None:
+        for i, (fragment, status, headers) in enumerate(self.faults):
+            if fragment in entry.path:
+                del self.faults[i]
+                entry.status = status
+                return web.Response(status=status, headers=headers, text="injected")
+        return None
+
     def _lookup(
         self, request: web.Request, entry: Entry, repo_id: str, revision: str
     ) -> tuple[str, dict[str, bytes]] | web.Response:
@@ -123,6 +143,11 @@ class HubStandIn:
         self.log.entries.append(entry)
         if self.latency_seconds:
             await asyncio.sleep(self.latency_seconds)
+        if self.before is not None:
+            await self.before(entry.path)
+        fault = self._fault(entry)
+        if fault is not None:
+            return fault
         limit_headers = self._count_request(tail)
         if limit_headers is not None and limit_headers.get("Retry-After"):
             entry.status = 429

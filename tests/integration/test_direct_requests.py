@@ -30,12 +30,16 @@ from tests.rawservers import RawServer, Reply, Request, head, partial
 from tests.reference import write_reference
 
 
-def files_handler(files: dict[str, bytes]) -> Callable[[Request, int], Reply]:
+def files_handler(
+    files: dict[str, bytes], *, queries: bool = False
+) -> Callable[[Request, int], Reply]:
     """``/files/{name}`` with ranges; ``/moved/{name}`` redirects there with a small body; a
-    missing file is a 404 with a small body. Every answer keeps the connection."""
+    missing file is a 404 with a small body. Every answer keeps the connection. With
+    ``queries``, a query after the name is ignored (a signed URL's)."""
 
     def answer(request: Request, number: int) -> Reply:
-        folder, _, name = request.target.lstrip("/").partition("/")
+        target = request.target.split("?", 1)[0] if queries else request.target
+        folder, _, name = target.lstrip("/").partition("/")
         if folder == "moved":
             return head("302 Found", [("Location", f"/files/{name}"), ("Content-Length", "5")]) + (
                 b"moved"
@@ -197,9 +201,9 @@ def test_a_hub_model_with_the_one_call_endpoint_never_builds_an_httpx_client(
 def test_a_metadata_answer_the_direct_reader_leaves_goes_through_httpx(
     hub: HubStandIn, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    from remotetensors.sources.hub import api as hubapi
+    from remotetensors.sources.http import whole
 
-    monkeypatch.setattr(hubapi, "MAX_DIRECT_BODY_BYTES", 10)  # every answer is "too large"
+    monkeypatch.setattr(whole, "MAX_DIRECT_BODY_BYTES", 10)  # every answer is "too large"
     monkeypatch.setenv("HF_HOME", str(tmp_path))
     monkeypatch.setenv("HF_ENDPOINT", hub.endpoint)
     files, tensors = sharded(shards=3, layers_per_shard=1)

@@ -268,14 +268,15 @@ def test_hub_repo_with_several_gguf_files(
     parts = gguf_root["parts"]
     files = {"README.md": b"# model", "m-Q8_0.gguf": single, "m-Q4_K_M.gguf": single}
     files.update({f"big/{p.name}": p.read_bytes() for p in parts})
-    hub.add("org/many", files)
+    commit = hub.add("org/many", files)
     with pytest.raises(rt.AmbiguousModelError) as err:
         rt.open_model("hf://org/many", token=False)
     message = str(err.value)
     for name in ("m-Q8_0.gguf", "m-Q4_K_M.gguf", f"big/{parts[0].name} (3 parts)"):
         assert name in message
     assert err.value.choices == [f"big/{parts[0].name}", "m-Q4_K_M.gguf", "m-Q8_0.gguf"]
-    assert any("/api/models/org/many/tree/main" in e.path for e in hub.log.entries)
+    # Listed at the commit the first answers named (not at main, which may move meanwhile).
+    assert any(f"/api/models/org/many/tree/{commit}" in e.path for e in hub.log.entries)
     # The command line names one with --file.
     status = main(["params", "hf://org/many", "--file", "m-Q8_0.gguf", "--json"])
     out = capsys.readouterr().out
@@ -303,6 +304,18 @@ def test_hub_listing_follows_pages(
         rt.open_model("hf://org/paged", token=False)
     assert err.value.choices == [f"m{i}.gguf" for i in range(5)]
     assert len([e for e in hub.log.entries if "/tree/" in e.path]) == 3
+
+
+def test_a_gguf_file_of_a_one_word_hub_repo(
+    gguf_root: dict[str, Any], hub: HubStandIn, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # ``.gguf`` names a file as ``.safetensors`` does: gpt2 is the repo, model.gguf its file.
+    monkeypatch.setenv("HF_ENDPOINT", hub.endpoint)
+    hub.add("gpt2", {"model.gguf": gguf_root["single"].read_bytes()})
+    with rt.safe_open("hf://gpt2/model.gguf", token=False) as f:
+        assert f.keys() == sorted(gguf_root["ref"].tensors)
+    with rt.open_model("hf://gpt2/model.gguf", token=False) as model:
+        assert model.files == ["model.gguf"]
 
 
 def test_local_folder_with_one_gguf_model(gguf_root: dict[str, Any]) -> None:

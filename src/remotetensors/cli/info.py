@@ -33,7 +33,7 @@ def run(args: argparse.Namespace) -> int:
         }
         dtypes = sorted(model.parameter_count())
         result: dict[str, Any] = {
-            "location": args.location,
+            "location": model.location,  # its secrets redacted
             "files": files,
             "tensors": len(model.tensors),
             "dtypes": dtypes,
@@ -48,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(result))
         return 0
     formats = sorted({f["format"] for f in files.values()})
-    print(f"{args.location}")
+    print(model.location)
     print(f"  format:     {', '.join(str(f) for f in formats)}")
     print(f"  tensors:    {result['tensors']} ({', '.join(dtypes)})")
     print(f"  parameters: {human_count(result['parameters'])} ({result['parameters']:,})")

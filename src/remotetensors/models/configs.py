@@ -15,7 +15,7 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..errors import ConfigWarning, NotFoundError, RemoteTensorsError
+from ..errors import ConfigWarning, NotFoundError, RemoteFileChangedError, RemoteTensorsError
 
 if TYPE_CHECKING:
     from ..sources.resolve import Place
@@ -93,6 +93,8 @@ async def _read_one(place: Place, name: str) -> tuple[dict[str, Any] | None, str
         data = await read_small_file(place, name, window_bytes=CONFIG_WINDOW_BYTES)
     except NotFoundError:
         return None, None
+    except RemoteFileChangedError:
+        raise  # a config from another version than the weights: the model would mix them
     except (RemoteTensorsError, ValueError, OSError) as exc:
         return None, f"{location}: could not be read ({exc}); the count ignores it"
     return parse_config(data, location=location)
@@ -102,6 +104,10 @@ async def read_configs(place: Place) -> ConfigFiles:
     """Fetch ``config.json`` and ``quantization_config.json`` of ``place`` concurrently.
 
     Never raises for a missing or bad file (see :class:`ConfigFiles`); cancellation propagates.
+
+    Raises:
+        RemoteFileChangedError: a config came from another version than the files read
+            before it (a hub repo pushed to meanwhile).
     """
     (config, config_problem), (quant, quant_problem) = await asyncio.gather(
         _read_one(place, CONFIG_FILE), _read_one(place, QUANTIZATION_CONFIG_FILE)

@@ -99,7 +99,10 @@ async def discover(
 
     Raises:
         NotFoundError, AmbiguousModelError, HeaderError: see :func:`.model.load_model`.
+        RemoteFileChangedError: a hub repo was pushed to while its files were read (they
+            would come from two commits).
     """
+    location = redact_url(location)  # named in messages and log lines only: no secrets
     opened: list[AsyncTensorFile] = []
     stack.push_async_callback(close_files, opened)  # the files as they are when it unwinds
     # Configs are read alongside the weights' headers (no extra round); a scan that does not
@@ -191,7 +194,7 @@ async def _at_folder(
             return dict(files), index
         if index_task is None:
             if answer.status == 404:
-                index_error = NotFoundError(f"{place.location(INDEX_FILE)}: not found")
+                index_error = hub_onecall.refusal(call, answer, INDEX_FILE)
             elif answer.status in (401, 403):
                 raise single_error
             else:
@@ -235,10 +238,8 @@ async def _gguf_instead(
             "nor a .gguf file exists; name a subfolder, a file or an index explicitly"
         )
     raise NotFoundError(
-        f"{redact_url(location)}: no model here: neither "
-        f"{redact_url(place.location(SINGLE_FILE))} nor "
-        f"{redact_url(place.location(INDEX_FILE))} exists; name another file or index "
-        "explicitly"
+        f"{location}: no model here: neither {place.location(SINGLE_FILE)} nor "
+        f"{place.location(INDEX_FILE)} exists; name another file or index explicitly"
     )
 
 
@@ -286,7 +287,7 @@ async def _read_shard_index(place: Place, name: str) -> ShardIndex:
             data += await source.read(len(data), prefix.size)
     finally:
         await source.aclose()
-    return parse_index(data, location=redact_url(place.location(name)))
+    return parse_index(data, location=place.location(name))
 
 
 async def _sharded(
@@ -329,7 +330,7 @@ async def _sharded(
                 HeaderErrorKind.INVALID_TENSOR_INFO,
                 f"the weight map puts tensor `{tensor}` in {file}, but that file has no such "
                 "tensor",
-                location=redact_url(place.location(index_name)),
+                location=place.location(index_name),
             )
         rows[tensor] = placed(row, file)
     unmapped = tuple(

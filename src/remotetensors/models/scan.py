@@ -29,6 +29,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from ..options import DEFAULT_SCAN_CONCURRENCY, ReadOptions
+from ..redact import redact_url
 from ..sources.http.client import HttpOptions
 from ..sources.ratelimit import WaitTally, tally_waits
 from .model import load_model, warn_problems
@@ -80,7 +81,7 @@ class ScanResult:
     """One location's outcome: a summary, or the error that stopped it.
 
     Attributes:
-        location: the location as given.
+        location: the location as given, its secrets redacted (it is printed and logged).
         summary: the model's summary; None when it failed.
         error: the error's message (it names the location); None when it succeeded.
         error_type: the error's class name (``"NotFoundError"``, ``"HeaderError"``, ...).
@@ -138,6 +139,7 @@ async def summarise(location: str, **open_model_kwargs: Any) -> ModelSummary:
 
 
 async def _one(location: str, scan_kwargs: dict[str, Any]) -> ScanResult:
+    shown = redact_url(location)
     tally = WaitTally()
     started = time.perf_counter()
     try:
@@ -145,14 +147,14 @@ async def _one(location: str, scan_kwargs: dict[str, Any]) -> ScanResult:
             summary = await summarise(location, **scan_kwargs)
     except Exception as exc:  # one bad location never stops the scan
         return ScanResult(
-            location,
+            shown,
             error=str(exc) or repr(exc),
             error_type=type(exc).__name__,
             waited_seconds=tally.seconds,
             elapsed_seconds=time.perf_counter() - started,
         )
     return ScanResult(
-        location,
+        shown,
         summary,
         waited_seconds=tally.seconds,
         elapsed_seconds=time.perf_counter() - started,

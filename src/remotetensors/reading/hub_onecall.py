@@ -28,6 +28,7 @@ from ..formats.safetensors import PREFIX_BYTES, header_length, rebase
 from ..index import ROW_FILE, FileIndex, ModelIndex, Row, TensorInfo, TensorTable, placed
 from ..options import DEFAULT_CHUNK_BYTES
 from ..sources.hub.api import MetadataAnswer, endpoint_support, fetch_sharded_metadata
+from ..sources.hub.repo import hub_status_error
 from ..sources.resolve import HubPlace
 from .file import AsyncTensorFile, AsyncTensorSlice
 
@@ -95,13 +96,26 @@ def accept(call: OneCall, answer: MetadataAnswer, location: str) -> ShardedMetad
             "%s: revision %s is not main's commit %s; range reads", location, asked, answer.commit
         )
         return None
-    if repo.pinned and answer.commit and answer.commit != repo.revision:
+    if not repo.agrees(answer.commit):
         log.debug("%s: main moved during discovery; range reads", location)
         return None
     metadata = parse_sharded_metadata(answer.body, location=location)
-    repo.pin(answer.commit)
+    repo.pin(answer.commit, location)
     log.debug("%s: header phase from the one-call metadata endpoint", location)
     return metadata
+
+
+def refusal(call: OneCall, answer: MetadataAnswer, index_name: str) -> Exception:
+    """The error that the endpoint's refusal of the model (its status and ``X-Error-Code``)
+    stands for, worded as a read of the index file ``index_name`` would word it."""
+    return hub_status_error(
+        call.place.repo,
+        answer.status,
+        answer.url,
+        answer.headers,
+        shown=call.place.location(index_name),
+        path=call.place.path.child(index_name).path,
+    )
 
 
 def build(

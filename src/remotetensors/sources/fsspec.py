@@ -47,7 +47,7 @@ from ..errors import (
     RemoteFileChangedError,
     TransportError,
 )
-from ..redact import redact_url
+from ..redact import redact_text, redact_url
 from .base import ByteSource, Prefix
 from .recipe import SourceRecipe
 
@@ -155,8 +155,8 @@ class FsspecSource(ByteSource):
         storage_options: Mapping[str, Any] | None = None,
         fs: fsspec.AbstractFileSystem | None = None,
     ) -> None:
-        self._url = url
-        self._shown = redact_url(url)
+        self._given = url  # with its secrets: what another process must open again
+        self._url = redact_url(url)  # named in every message and as the location
         # Kept to reopen the file in another process; None when a ready filesystem was given.
         self._storage_options = None if fs is not None else dict(storage_options or {})
         if fs is None:
@@ -183,8 +183,8 @@ class FsspecSource(ByteSource):
             return Prefix(data, self._size, self._validator)
         info = await self._fresh_info()
         if info.get("type") == "directory":
-            raise NotFoundError(f"{self._shown}: is a directory, not a file")
-        self._version = FileVersion.of(info, self._shown)
+            raise NotFoundError(f"{self._url}: is a directory, not a file")
+        self._version = FileVersion.of(info, self._url)
         self._size = self._version.size
         self._validator = self._version.validator
         self._conditions = self._read_conditions(info)
@@ -195,12 +195,12 @@ class FsspecSource(ByteSource):
     def recipe(self) -> SourceRecipe:
         if self._storage_options is None:
             raise NotImplementedError(
-                f"{self._shown}: opened on a given filesystem object, which cannot be reopened "
+                f"{self._url}: opened on a given filesystem object, which cannot be reopened "
                 "elsewhere; open it by URL with storage_options"
             )
         return SourceRecipe(
             "fsspec",
-            self._url,
+            self._given,
             self._url,
             self._size,
             self._validator,
@@ -271,10 +271,10 @@ class FsspecSource(ByteSource):
             RemoteFileChangedError: naming what changed (size, ETag, mtime, ...).
         """
         assert self._version is not None, "open_prefix comes first"
-        now = FileVersion.of(info, self._shown)
+        now = FileVersion.of(info, self._url)
         if now != self._version:
             raise RemoteFileChangedError(
-                f"{self._shown}: the file changed since it was opened "
+                f"{self._url}: the file changed since it was opened "
                 f"({self._version.changes_to(now)}); open it again to read the new version"
             )
 
@@ -293,7 +293,7 @@ class FsspecSource(ByteSource):
     def _check_length(self, data: bytes, start: int, end: int) -> None:
         if len(data) != end - start:
             raise BadResponseError(
-                f"{self._shown}: asked for bytes [{start}, {end}), got {len(data)} bytes"
+                f"{self._url}: asked for bytes [{start}, {end}), got {len(data)} bytes"
             )
 
     async def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
@@ -342,7 +342,7 @@ class FsspecSource(ByteSource):
         match = _CONTENT_RANGE.fullmatch(str(response.get("ContentRange", "")))
         if match is None:
             raise BadResponseError(
-                f"{self._shown}: a ranged GET came back without a usable ContentRange "
+                f"{self._url}: a ranged GET came back without a usable ContentRange "
                 f"({response.get('ContentRange')!r})"
             )
         total = int(match.group(3))
@@ -352,13 +352,13 @@ class FsspecSource(ByteSource):
             self._validator = etag
         elif total != self._size or (etag and self._validator and etag != self._validator):
             raise RemoteFileChangedError(
-                f"{self._shown}: the object changed since it was opened (size {self._size}, "
+                f"{self._url}: the object changed since it was opened (size {self._size}, "
                 f"ETag {self._validator}; now size {total}, ETag {etag})"
             )
         expected_end = min(end, total) if first else end
         if int(match.group(1)) != start or int(match.group(2)) != expected_end - 1:
             raise BadResponseError(
-                f"{self._shown}: asked for bytes {start}-{end - 1}, got ContentRange "
+                f"{self._url}: asked for bytes {start}-{end - 1}, got ContentRange "
                 f"{response.get('ContentRange')!r}"
             )
         return data
@@ -374,19 +374,21 @@ class FsspecSource(ByteSource):
     def _translate(self, exc: Exception) -> Exception:
         if _refused_precondition(exc):
             return RemoteFileChangedError(
-                f"{self._shown}: the file changed since it was opened (the version opened, "
+                f"{self._url}: the file changed since it was opened (the version opened, "
                 f"{self._validator}, no longer matches); open it again to read the new version"
             )
+        # The backend's own words may quote the URL or path with its query: redacted too.
+        said = redact_text(str(exc))
         if isinstance(exc, FileNotFoundError):
-            return NotFoundError(f"{self._shown}: not found ({exc})")
+            return NotFoundError(f"{self._url}: not found ({said})")
         if isinstance(exc, PermissionError):
             return PermissionDeniedError(
-                f"{self._shown}: access denied ({exc}); check the credentials in "
-                "storage_options or the AWS_* environment variables"
+                f"{self._url}: access denied ({said}); check the credentials in storage_options "
+                "or the AWS_* environment variables"
             )
         if isinstance(exc, (BadResponseError, RemoteFileChangedError)):
             return exc
-        return TransportError(f"{self._shown}: {type(exc).__name__}: {exc}")
+        return TransportError(f"{self._url}: {type(exc).__name__}: {said}")
 
 
 def _filesystem(
@@ -405,7 +407,7 @@ def _filesystem(
     except ImportError as exc:
         raise MissingDependencyError(f"{shown}: {_install_hint(exc)}") from exc
     except OSError as exc:
-        raise TransportError(f"{shown}: cannot connect: {exc}") from exc
+        raise TransportError(f"{shown}: cannot connect: {redact_text(str(exc))}") from exc
     except Exception as exc:
         if "Protocol not known" in str(exc):
             protocol = url.split("://", 1)[0]
@@ -414,7 +416,7 @@ def _filesystem(
                 "another fsspec protocol, file:// or a local path"
             ) from exc
         raise LocationError(
-            f"{shown}: cannot set up its filesystem: {type(exc).__name__}: {exc}"
+            f"{shown}: cannot set up its filesystem: {type(exc).__name__}: {redact_text(str(exc))}"
         ) from exc
     return fs, path
 

@@ -15,20 +15,19 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
 
 from ..errors import LocationError
+from ..redact import redact_url
 from .base import CountingSource, Traffic
 from .http.client import HttpOptions
 from .http.source import HttpSource
 from .hub.repo import HubPath, HubRepo, is_hub_location
 from .local import LocalSource
+from .names import names_file, scheme_of
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from .base import ByteSource
     from .http.client import Client
-
-FILE_SUFFIXES = (".safetensors", ".bt", ".json", ".gguf")
-"""Locations ending in these name a file; any other names a folder, prefix or repo."""
 
 
 class Place(ABC):
@@ -45,7 +44,8 @@ class Place(ABC):
 
     @abstractmethod
     def location(self, name: str) -> str:
-        """The location of file ``name`` (a relative path) in this place."""
+        """The location of file ``name`` (a relative path) in this place, as messages name it
+        (its secrets redacted: a password or signature in the place's URL is ``***``)."""
 
     @abstractmethod
     def _source(self, name: str) -> ByteSource:
@@ -101,12 +101,18 @@ class HttpPlace(Place):
     http_options: HttpOptions | None = None
     client: Client | None = None
     traffic: dict[str, Traffic] = field(default_factory=dict)
+    queries: Mapping[str, str] = field(default_factory=dict)
+    """File name -> the query of its URL (``"?X-Amz-Signature=..."``), for the file the user
+    named with one: its name (in the model's files, tables and traffic) carries no secret."""
 
     def location(self, name: str) -> str:
-        return f"{self.base}/{name}"
+        return redact_url(self._url(name))
+
+    def _url(self, name: str) -> str:
+        return f"{self.base}/{name}{self.queries.get(name, '')}"
 
     def _source(self, name: str) -> ByteSource:
-        return open_source(self.location(name), http_options=self.http_options, client=self.client)
+        return open_source(self._url(name), http_options=self.http_options, client=self.client)
 
 
 @dataclass
@@ -121,12 +127,17 @@ class FsspecPlace(Place):
     base: str
     storage_options: Mapping[str, Any] | None = None
     traffic: dict[str, Traffic] = field(default_factory=dict)
+    queries: Mapping[str, str] = field(default_factory=dict)
+    """File name -> the query of its URL, as for :class:`HttpPlace`."""
 
     def location(self, name: str) -> str:
-        return f"{self.base}/{name}"
+        return redact_url(self._url(name))
+
+    def _url(self, name: str) -> str:
+        return f"{self.base}/{name}{self.queries.get(name, '')}"
 
     def _source(self, name: str) -> ByteSource:
-        return open_source(self.location(name), storage_options=self.storage_options)
+        return open_source(self._url(name), storage_options=self.storage_options)
 
     async def list_files(self) -> list[str] | None:
         import asyncio
@@ -182,18 +193,18 @@ def split_location(
     files exist is found out by opening them.
     """
     text = os.fspath(location)
-    scheme = urlsplit(text).scheme.lower() if "://" in text else ""
+    scheme = scheme_of(text)
     if is_hub_location(text):
         parsed = HubPath.parse(text)
         if revision is not None:
             parsed = HubPath(parsed.repo_type, parsed.repo_id, revision, parsed.path)
         name = None
-        if parsed.path.endswith(FILE_SUFFIXES):
+        if names_file(parsed.path):
             folder, name = posixpath.split(parsed.path)
             parsed = HubPath(parsed.repo_type, parsed.repo_id, parsed.revision, folder)
         repo = HubRepo(parsed, token=token, http_options=http_options, client=client)
         return HubPlace(repo, parsed), name
-    if scheme in ("", "file") and not _is_windows_drive(scheme):
+    if scheme in ("", "file"):
         path = unquote(urlsplit(text).path) if scheme == "file" else text
         if os.path.isdir(path):
             return LocalPlace(path.rstrip("/") or "/"), None
@@ -201,26 +212,24 @@ def split_location(
         return LocalPlace(folder or "."), name
     stripped = text.rstrip("/")
     head, _, last = stripped.rpartition("/")
-    names_file = last.split("?", 1)[0].endswith(FILE_SUFFIXES) and not text.endswith("/")
-    base, name = (head, last) if names_file else (stripped, None)
+    base, name, queries = stripped, None, {}
+    if names_file(last) and not text.endswith("/"):
+        # A signed URL's query stays with its file, out of the file's name.
+        name, mark, query = last.partition("?")
+        base, queries = head, ({name: mark + query} if mark else {})
     if scheme in ("http", "https"):
-        return HttpPlace(base, http_options, client), name
-    return FsspecPlace(base, storage_options), name
-
-
-def _is_windows_drive(scheme: str) -> bool:
-    return len(scheme) == 1 and os.name == "nt"
+        return HttpPlace(base, http_options, client, queries=queries), name
+    return FsspecPlace(base, storage_options, queries=queries), name
 
 
 def open_local_source(location: str | os.PathLike[str]) -> LocalSource | None:
-    """The source for a local path or ``file://`` URL; ``None`` for any other location."""
+    """The source for a local path (a Windows drive path too) or ``file://`` URL; ``None``
+    for any other location."""
     text = os.fspath(location)
-    if text.startswith("hf://"):
-        return None
-    scheme = urlsplit(text).scheme.lower() if "://" in text else ""
+    scheme = scheme_of(text)
     if scheme == "file":
         return LocalSource(unquote(urlsplit(text).path), location=text)
-    if scheme == "" or _is_windows_drive(scheme):
+    if scheme == "":
         return LocalSource(text)
     return None
 
@@ -247,8 +256,7 @@ def open_source(
     local = open_local_source(text)
     if local is not None:
         return local
-    scheme = urlsplit(text).scheme.lower() if "://" in text else ""
-    if scheme in ("http", "https"):
+    if scheme_of(text) in ("http", "https"):
         return HttpSource(text, client=client, options=http_options)
     # Imported here: fsspec costs ~100 ms to import, and only fsspec URLs need it.
     from .fsspec import FsspecSource

@@ -40,9 +40,9 @@ from ...errors import (
     TransportError,
 )
 from ...redact import redact_url
-from ..ratelimit import retry_after_seconds
 from .head import ResponseHeaders
 from .pin import VersionPin
+from .policy import RETRY_STATUSES, retry_after
 from .transport import Head
 
 if TYPE_CHECKING:
@@ -50,7 +50,6 @@ if TYPE_CHECKING:
 
 _CONTENT_RANGE = re.compile(r"^\s*bytes\s+(\d+)-(\d+)/(\d+|\*)\s*$", re.IGNORECASE)
 _UNSATISFIED_RANGE = re.compile(r"^\s*bytes\s+\*/(\d+)\s*$", re.IGNORECASE)
-_RETRY_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
 _RERESOLVE_STATUSES = frozenset({401, 403, 404, 410})
 
@@ -156,11 +155,8 @@ def decide(head: Head, asked: Asked, pin: VersionPin, terms: Terms) -> Decision:
             return _follow(url, headers["Location"], terms.shown)
         if not asked.first:
             return Retry(f"HTTP {status} redirect from a resolved URL", 0.0, moved=True)
-    if status in _RETRY_STATUSES:
-        try:
-            return Retry(f"HTTP {status}", _retry_after(status, headers, url, terms.options))
-        except TransportError as exc:
-            return Failed(exc)
+    if status in RETRY_STATUSES:
+        return retry_of(status, headers, url, terms.options)
     if status == 412:
         return Failed(
             RemoteFileChangedError(
@@ -173,20 +169,34 @@ def decide(head: Head, asked: Asked, pin: VersionPin, terms: Terms) -> Decision:
     return Refused(status)
 
 
+def retry_of(
+    status: int, headers: ResponseHeaders, url: str, options: HttpOptions
+) -> Retry | Failed:
+    """A retryable ``status`` (see :data:`.policy.RETRY_STATUSES`) from ``url``: retry after
+    the wait its ``Retry-After`` asks for, or fail when that is longer than the options allow."""
+    try:
+        return Retry(f"HTTP {status}", retry_after(status, headers, url, options))
+    except TransportError as exc:
+        return Failed(exc)
+
+
 def status_error(
     status: int, url: str, headers: ResponseHeaders | None, shown: str
 ) -> NotFoundError | PermissionDeniedError | BadResponseError:
-    """The error for an answer ``status`` from ``url`` (``X-Error-Code`` named when sent)."""
+    """The error for an answer ``status`` from ``url`` (``X-Error-Code`` named when sent): the
+    one mapping of statuses to errors for every request (the hub adds its own words for the
+    codes it sends, see :func:`..hub.repo.hub_status_error`). ``url`` is named redacted."""
     code = headers.get("X-Error-Code") if headers is not None else None
     detail = f" ({code})" if code else ""
+    where = redact_url(url)
     if status in (404, 410):
-        return NotFoundError(f"{shown}: not found (HTTP {status}{detail} from {redact_url(url)})")
+        return NotFoundError(f"{shown}: not found (HTTP {status}{detail} from {where})")
     if status in (401, 403):
         return PermissionDeniedError(
-            f"{shown}: access denied (HTTP {status}{detail} from {redact_url(url)}); a "
+            f"{shown}: access denied (HTTP {status}{detail} from {where}); a "
             "private or gated file needs a token, e.g. an Authorization header or HF_TOKEN"
         )
-    return BadResponseError(f"{shown}: unexpected HTTP {status}{detail} from {url}")
+    return BadResponseError(f"{shown}: unexpected HTTP {status}{detail} from {where}")
 
 
 def range_ignored(declared: str | None, start: int, end: int, shown: str) -> RangeNotSupportedError:
@@ -275,19 +285,3 @@ def _check_identity(headers: ResponseHeaders, shown: str) -> None:
             f"{shown}: the server sent a {encoding}-encoded body although "
             "'Accept-Encoding: identity' was asked; its byte offsets cannot be trusted"
         )
-
-
-def _retry_after(
-    status: int, headers: ResponseHeaders, url: str, options: HttpOptions
-) -> float | None:
-    """Seconds that ``Retry-After`` asks for, or None; raises when the wait is too long."""
-    seconds = retry_after_seconds(headers.get("Retry-After"))
-    if seconds is None:
-        return None
-    if seconds > options.max_retry_after_seconds:
-        raise TransportError(
-            f"{redact_url(url)}: HTTP {status}, and the server asks to retry after "
-            f"{seconds:.0f} s, more "
-            f"than max_retry_after_seconds={options.max_retry_after_seconds}"
-        )
-    return seconds

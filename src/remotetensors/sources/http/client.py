@@ -8,6 +8,7 @@ an httpx client for what the direct reader does not do. Files of one model share
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -174,3 +175,9 @@ Client = HttpClient | httpx.AsyncClient
 def httpx_of(client: Client) -> httpx.AsyncClient:
     """The httpx client to send ``client``'s httpx requests with."""
     return client.httpx if isinstance(client, HttpClient) else client
+
+
+def turn_of(client: Client) -> contextlib.AbstractAsyncContextManager[object]:
+    """Hold one of ``client``'s connections for a request (no limit for a client made
+    elsewhere, whose pool size is not known)."""
+    return client.turns if isinstance(client, HttpClient) else contextlib.nullcontext()

@@ -118,7 +118,9 @@ def request_head(target: str, fields: list[tuple[str, str]]) -> bytes:
         HeadError: the target or a field cannot be sent as it is.
     """
     if not _TARGET.fullmatch(target):
-        raise HeadError(f"illegal target characters in {target!r}")
+        # Not quoted: a target's query may hold a signature or a token.
+        bad = sorted({repr(c) for c in target if not _TARGET.fullmatch(c)})
+        raise HeadError(f"illegal characters in the request target: {', '.join(bad)}")
     lines = [f"GET {target} HTTP/1.1"]
     lines += [_field_line(name, value) for name, value in fields]
     lines.append("\r\n")
@@ -134,7 +136,8 @@ def _field_line(name: str, value: str) -> str:
     if not _NAME.fullmatch(name):
         raise HeadError(f"illegal header name {name!r}")
     if not _VALUE.fullmatch(value):
-        raise HeadError(f"illegal header value {value!r}")
+        # The value is not quoted: it may be a credential (Authorization, a cookie).
+        raise HeadError(f"illegal characters in the value of header {name!r}")
     return f"{name}: {value}"
 
 

@@ -14,9 +14,10 @@ What this source guarantees (see ``reference/remote-io.md`` for why each rule ex
   requests (else ``Last-Modified`` as ``If-Unmodified-Since``), and every later answer must carry
   the same total size, ETag and ``Last-Modified`` as the first; a changed or missing validator
   raises :class:`RemoteFileChangedError`, never mixes versions;
-- connect and read errors, truncated bodies, 429 and 5xx are retried with exponential backoff and
-  full jitter, honouring a well-formed ``Retry-After``; a truncated body resumes from its first
-  missing byte, and a resume without real progress counts as a failed attempt;
+- connect and read errors, truncated bodies, 408, 429 and 5xx are retried with exponential
+  backoff and full jitter, honouring a well-formed ``Retry-After`` (:mod:`.policy`, the policy of
+  every request, the hub's API too); a truncated body resumes from its first missing byte, and a
+  resume without real progress counts as a failed attempt;
 - every attempt runs under a throughput floor and every range read under an optional deadline
   (:class:`RequestTimeoutError` says which bound tripped);
 - the URL's userinfo is sent as Basic auth to its own origin only, and every message names the
@@ -35,8 +36,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import contextlib
-import random
 import time
 from urllib.parse import unquote, urlsplit, urlunsplit
 
@@ -64,10 +63,11 @@ from .answer import (
     range_ignored,
     status_error,
 )
-from .client import Client, HttpClient, HttpOptions
+from .client import Client, HttpClient, HttpOptions, turn_of
 from .direct import RawRangeClient
 from .head import ResponseHeaders
 from .pin import VersionPin
+from .policy import backoff_seconds, gave_up
 from .selfcancel import withdraw_own_cancel
 from .transport import (
     DISCARD,
@@ -86,12 +86,6 @@ __all__ = ["HttpSource"]
 
 _MAX_REDIRECTS = 20  # as httpx's default
 _A_REDIRECT = 302  # the status shown for a followed hop (a transport keeps only its headers)
-
-
-def _turns(client: Client) -> contextlib.AbstractAsyncContextManager[object]:
-    """Hold one of ``client``'s connections for a request (no limit for a client made
-    elsewhere, whose pool size is not known)."""
-    return client.turns if isinstance(client, HttpClient) else contextlib.nullcontext()
 
 
 class _Retry(Exception):
@@ -411,18 +405,11 @@ class HttpSource(ByteSource):
     def _wait_seconds(self, attempt: int, failure: _Retry) -> float:
         if failure.wait_seconds is not None:
             return failure.wait_seconds
-        ceiling = min(
-            self._options.backoff_max_seconds,
-            self._options.backoff_initial_seconds * 2 ** (attempt - 1),
-        )
-        return random.uniform(0, ceiling)
+        return backoff_seconds(self._options, attempt)
 
-    def _give_up(self, failure: _Retry, attempts: int) -> Exception:
+    def _give_up(self, failure: _Retry, attempts: int) -> TransportError:
         via = f" (via {redact_url(self._data_url)})" if self._data_url != self._url else ""
-        message = f"{self._shown}{via}: {failure.reason} (gave up after {attempts} attempts)"
-        if failure.timed_out:
-            return RequestTimeoutError(message, bound="read_timeout_seconds")
-        return TransportError(message)
+        return gave_up(f"{self._shown}{via}", failure.reason, attempts, timed_out=failure.timed_out)
 
     def _headers(self, start: int, end: int, *, first: bool) -> dict[str, str]:
         # Credentials are for the URL the user named, never for where it redirected to (a CDN).
@@ -467,6 +454,7 @@ class HttpSource(ByteSource):
                     self._data_url = head.url
                 if first:
                     self.first_responses += [*head.hops, head.headers]
+                self._check_answer(head)
                 decision = decide(head, asked, self._pin, self._terms)
             except Exception as exc:  # a head that cannot be used: its body stays unread
                 answers.append((head, exc))
@@ -483,7 +471,7 @@ class HttpSource(ByteSource):
                 return memoryview(bytearray())
             return DISCARD
 
-        async with _turns(self._http()):
+        async with turn_of(self._http()):
             if first:
                 self.first_responses = []
             for _ in range(_MAX_REDIRECTS + 1):
@@ -568,6 +556,23 @@ class HttpSource(ByteSource):
     ) -> Exception:
         """The error for an answer ``status`` (a source may word its own, see HubSource)."""
         return status_error(status, url, headers, self._shown)
+
+    def _check_answer(self, head: Head) -> None:
+        """Called with every answer's head (its redirects' headers in ``head.hops``) before
+        :func:`.answer.decide` judges it; raising refuses the answer, its body unread. Nothing
+        here: a source that learns more from answers checks it (see HubSource's commit)."""
+
+    def _rename(self, url: str) -> None:
+        """From now on, ask for the file at ``url`` instead of the URL named so far (the same
+        file at the same version under a steadier name: a hub file at the commit its branch
+        pointed to). A data URL that a redirect gave is kept; a URL that was the old name's
+        follows it, and so does a re-resolution after an expired redirect."""
+        self._given_url = url
+        named, self._basic_auth = _split_userinfo(url)
+        if self._data_url == self._url:
+            self._data_url = named
+        self._url = named
+        self._terms = Terms(named, self._shown, self._options)
 
     def _use_whole_body(
         self, body: bytes, headers: ResponseHeaders, start: int, end: int, buffer: memoryview

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import httpx
 
-from ...redact import redact_url
+from ...redact import redact_text, redact_url
 from ...status import activity, bytes_listener
 from .client import Client, httpx_of
 from .transport import Accept, BadAnswer, BodyTooLong, Head, Interrupted, Meter
@@ -52,17 +52,19 @@ class HttpxTransport:
             ) from None
         except httpx.UnsupportedProtocol as exc:
             raise BadAnswer(
-                f"redirected to a URL that cannot be fetched over HTTP(S) ({exc})"
+                f"redirected to a URL that cannot be fetched over HTTP(S) ({redact_text(str(exc))})"
             ) from None
         except httpx.RemoteProtocolError as exc:
+            said = redact_text(str(exc))
             if _malformed(exc):
-                raise BadAnswer(f"the server's answer is not valid HTTP/1.1: {exc}") from None
-            raise Interrupted(f"network error: {type(exc).__name__}: {exc}") from None
+                raise BadAnswer(f"the server's answer is not valid HTTP/1.1: {said}") from None
+            raise Interrupted(f"network error: {type(exc).__name__}: {said}") from None
         except httpx.TransportError as exc:
-            raise Interrupted(f"network error: {type(exc).__name__}: {exc}") from None
+            said = redact_text(str(exc))
+            raise Interrupted(f"network error: {type(exc).__name__}: {said}") from None
         except (httpx.HTTPError, httpx.InvalidURL) as exc:
             raise BadAnswer(
-                f"HTTP request failed: {type(exc).__name__}: {redact_url(str(exc))}"
+                f"HTTP request failed: {type(exc).__name__}: {redact_text(str(exc))}"
             ) from None
 
 

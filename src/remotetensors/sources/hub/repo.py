@@ -6,32 +6,51 @@ or commit; ``refs/pr/1`` is written URL-encoded) and a path inside it. Files are
 CDN is paid once per file. The endpoint is ``HF_ENDPOINT`` (default: the public hub); the token is
 ``token=``, else ``HF_TOKEN``, else the one ``huggingface_hub`` stored (``token=False``: none).
 
-A :class:`HubRepo` pins its revision to the commit that the first response reports
-(``X-Repo-Commit``), so every later file of the same model comes from that commit even if the
-branch moves in between.
+A :class:`HubRepo` pins its revision to the commit that the first answer reports
+(``X-Repo-Commit``): every file opened later is asked for at that commit, a file already asked
+for at the branch moves to it once its first answer came, and every answer that names another
+commit is refused with :class:`RemoteFileChangedError` (the repo was pushed while the model was
+being opened), so the files of one model never come from two commits.
+
+Requests to the hub's API (:meth:`HubRepo.list_files`, and :mod:`.api`) follow the retry policy
+of file reads and the user's :class:`HttpOptions` (:mod:`..http.whole`), and their errors are
+worded as a file's are (:func:`hub_status_error`).
 """
 
 from __future__ import annotations
 
+import json
 import os
+import re
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
-from urllib.parse import quote, unquote
+from urllib.parse import quote, unquote, urljoin
 
-from ...errors import LocationError, NotFoundError, PermissionDeniedError
+from ...errors import (
+    BadResponseError,
+    LocationError,
+    NotFoundError,
+    PermissionDeniedError,
+    RemoteFileChangedError,
+)
 from ..base import Prefix
+from ..http.answer import status_error
 from ..http.client import HttpOptions
 from ..http.source import HttpSource
+from ..http.whole import get_whole
+from ..names import names_file
 from ..recipe import SourceRecipe
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
-
     from ..http.client import Client
     from ..http.head import ResponseHeaders
+    from ..http.transport import Head
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
-_FILE_SUFFIXES = (".safetensors", ".bt", ".json")
+MAX_LISTING_PAGES = 10_000
+"""Pages of a listing followed at most (1000 entries each), so that a loop of links ends."""
+
+_NEXT_LINK = re.compile(r'<([^>]*)>\s*;[^,]*?\brel\s*=\s*"?next"?', re.IGNORECASE)
 
 
 def is_hub_location(location: str) -> bool:
@@ -78,7 +97,7 @@ class HubPath:
             )
         # Legacy repos have one-word names (``gpt2``, ``bert-base-uncased``) and the hub still
         # serves them: a lone name, or one followed by a file name, is such a repo.
-        legacy = len(parts) == 1 or parts[1].endswith(_FILE_SUFFIXES)
+        legacy = len(parts) == 1 or names_file(parts[1])
         repo_parts, rest = (parts[:1], parts[1:]) if legacy else (parts[:2], parts[2:])
         revision = None
         if "@" in repo_parts[-1]:
@@ -152,9 +171,9 @@ class HubRepo:
         self._client = client
 
     @property
-    def request_headers(self) -> Mapping[str, str]:
-        """Headers for requests to the hub itself (the token, when there is one)."""
-        return self._options.headers
+    def options(self) -> HttpOptions:
+        """The options of every request to the hub: the user's, the token in ``headers``."""
+        return self._options
 
     @property
     def client(self) -> Client | None:
@@ -172,62 +191,143 @@ class HubRepo:
 
         One ``GET {endpoint}/api/{type}/{repo}/tree/{revision}[/{folder}]?recursive=true``
         (the call behind ``huggingface_hub.list_repo_files``), following ``Link: rel="next"``
-        pages.
+        pages; each page is retried as file reads are, and its commit pins the repo's (or must
+        match it).
 
         Raises:
-            NotFoundError, PermissionDeniedError, TransportError.
+            NotFoundError, PermissionDeniedError: as a file's read words them
+                (:func:`hub_status_error`).
+            RemoteFileChangedError: a page came from another commit than the one pinned.
+            TransportError: the retries ran out.
+            BadResponseError: another status, or a page that is not a JSON list of entries.
         """
-        import httpx
-
-        from ...errors import NotFoundError, PermissionDeniedError, TransportError
-        from ..http.client import httpx_of
-
         revision = quote(self.revision, safe="")
         tail = f"/{quote(folder)}" if folder else ""
         url: str | None = (
             f"{self.endpoint}/api/{self.repo.repo_type}/{self.repo.repo_id}/tree/{revision}{tail}"
             "?recursive=true&expand=false"
         )
-        client = self._client or self._options.new_client()
+        shown = str(self.repo.child(folder) if folder else replace(self.repo, path=""))
         names: list[str] = []
-        try:
-            for _ in range(10_000):  # pages of 1000 entries; bounded so a loop cannot hang
-                if url is None:
-                    break
-                try:
-                    response = await httpx_of(client).get(url, headers=dict(self._options.headers))
-                except httpx.HTTPError as exc:
-                    raise TransportError(f"{self.repo}: listing files failed: {exc}") from exc
-                if response.status_code in (404, 410):
-                    raise NotFoundError(f"{self.repo}: not found (HTTP {response.status_code})")
-                if response.status_code in (401, 403):
-                    raise PermissionDeniedError(
-                        f"{self.repo}: access denied listing files (HTTP "
-                        f"{response.status_code}); a private or gated repo needs a token"
-                    )
-                if response.status_code != 200:
-                    raise TransportError(
-                        f"{self.repo}: listing files answered HTTP {response.status_code}"
-                    )
-                for entry in response.json():
-                    if entry.get("type") == "file":
-                        path = str(entry["path"])
-                        names.append(path[len(folder) + 1 :] if folder else path)
-                url = response.links.get("next", {}).get("url")
-        finally:
-            if client is not self._client:
-                await client.aclose()
+        for _ in range(MAX_LISTING_PAGES):
+            if url is None:
+                break
+            answer = await get_whole(
+                url, self._options.headers, client=self._client, options=self._options, shown=shown
+            )
+            if answer.status != 200:
+                raise hub_status_error(
+                    self,
+                    answer.status,
+                    answer.url,
+                    answer.headers,
+                    shown=shown,
+                    path=folder,
+                    what="folder",
+                )
+            self.pin(answer.headers.get("X-Repo-Commit"), shown)
+            for path in _listed_files(answer.body, shown):
+                names.append(path[len(folder) + 1 :] if folder else path)
+            url = _next_page(answer.headers, answer.url)
         return names
 
     def source(self, path: str) -> HubSource:
         """A source for the file ``path`` of the repo."""
         return HubSource(self, path, client=self._client, options=self._options)
 
-    def pin(self, commit: str | None) -> None:
-        """Use ``commit`` for every later file (the first one reported wins)."""
-        if commit and not self.pinned:
+    def agrees(self, commit: str | None) -> bool:
+        """Whether an answer from ``commit`` may be used with the files read so far: nothing
+        is pinned yet, the answer names no commit, or it names the pinned one."""
+        return not (self.pinned and commit and commit != self.revision)
+
+    def pin(self, commit: str | None, shown: str) -> None:
+        """Pin the repo to ``commit``, the commit an answer about ``shown`` came from: the
+        first one reported is used for every later file; any later one must be the same.
+
+        Raises:
+            RemoteFileChangedError: ``commit`` differs from the pinned commit: the repo was
+                pushed to while the model's files were read, and they would mix two commits.
+        """
+        if not commit:
+            return
+        if not self.agrees(commit):
+            raise RemoteFileChangedError(
+                f"{shown}: came from commit {commit}, but the files read before it came from "
+                f"commit {self.revision}; {self.repo.repo_id} was pushed to while the model "
+                "was being opened. Open it again, or name a commit with @revision"
+            )
+        if not self.pinned:
             self.revision = commit
             self.pinned = True
+
+
+def hub_status_error(
+    repo: HubRepo,
+    status: int,
+    url: str,
+    headers: ResponseHeaders | None,
+    *,
+    shown: str,
+    path: str,
+    what: str = "file",
+) -> Exception:
+    """The error for an answer ``status`` of the hub about ``path`` of ``repo`` (a ``what``:
+    a file, or a folder listed), named as ``shown``.
+
+    The hub says in ``X-Error-Code`` what is missing, and a user needs to know which of the
+    repo, the revision or the file it is, and whether a token might help; any other answer is
+    worded by :func:`..http.answer.status_error`, as for every other server."""
+    code = headers.get("X-Error-Code") if headers is not None else None
+    repo_id = repo.repo.repo_id
+    error: NotFoundError | PermissionDeniedError
+    if code == "RepoNotFound":
+        error = NotFoundError(
+            f"{shown}: no repo {repo_id} on {repo.endpoint} (HTTP {status} RepoNotFound); "
+            "check the name, or pass a token if it is private (--token or HF_TOKEN)"
+        )
+    elif code == "RevisionNotFound":
+        error = NotFoundError(
+            f"{shown}: repo {repo_id} has no revision {repo.revision!r} "
+            f"(HTTP {status} RevisionNotFound); name an existing branch, tag or commit"
+        )
+    elif code == "EntryNotFound":
+        error = NotFoundError(
+            f"{shown}: repo {repo_id} has no {what} {path!r} at revision "
+            f"{repo.revision!r} (HTTP {status} EntryNotFound)"
+        )
+    elif code == "GatedRepo":
+        error = PermissionDeniedError(
+            f"{shown}: {repo_id} is a gated repo (HTTP {status} GatedRepo); "
+            "accept its terms on the hub and pass a token (--token or HF_TOKEN)"
+        )
+    else:
+        return status_error(status, url, headers, shown)
+    if isinstance(error, NotFoundError):
+        error.code = code
+    return error
+
+
+def _listed_files(body: bytes, shown: str) -> list[str]:
+    """The paths of the files in one page of a tree listing (its folders left out).
+
+    Raises:
+        BadResponseError: the page is not a JSON list of entries.
+    """
+    try:
+        entries = json.loads(body)
+        return [str(e["path"]) for e in entries if e.get("type") == "file"]
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        raise BadResponseError(
+            f"{shown}: the hub's file listing is not a JSON list of entries ({exc})"
+        ) from None
+
+
+def _next_page(headers: ResponseHeaders, url: str) -> str | None:
+    """The URL of the next page from a ``Link: <...>; rel="next"`` header (resolved against
+    ``url``, the page's own), or None on the last page."""
+    link = headers.get("Link")
+    match = _NEXT_LINK.search(link) if link else None
+    return urljoin(url, match.group(1)) if match else None
 
 
 class HubSource(HttpSource):
@@ -253,37 +353,15 @@ class HubSource(HttpSource):
     def _status_error(
         self, status: int, url: str, headers: ResponseHeaders | None = None
     ) -> Exception:
-        # The hub says in X-Error-Code what is missing; a user needs to know which of the repo,
-        # the revision or the file it is, and whether a token might help.
-        code = headers.get("X-Error-Code") if headers is not None else None
-        repo = self._repo.repo
-        where = f"on {self._repo.endpoint}"
-        error: NotFoundError | PermissionDeniedError
-        if code == "RepoNotFound":
-            error = NotFoundError(
-                f"{self.location}: no repo {repo.repo_id} {where} (HTTP {status} RepoNotFound); "
-                "check the name, or pass a token if it is private (--token or HF_TOKEN)"
-            )
-        elif code == "RevisionNotFound":
-            error = NotFoundError(
-                f"{self.location}: repo {repo.repo_id} has no revision {self._repo.revision!r} "
-                f"(HTTP {status} RevisionNotFound); name an existing branch, tag or commit"
-            )
-        elif code == "EntryNotFound":
-            error = NotFoundError(
-                f"{self.location}: repo {repo.repo_id} has no file {self._path!r} at revision "
-                f"{self._repo.revision!r} (HTTP {status} EntryNotFound)"
-            )
-        elif code == "GatedRepo":
-            error = PermissionDeniedError(
-                f"{self.location}: {repo.repo_id} is a gated repo (HTTP {status} GatedRepo); "
-                "accept its terms on the hub and pass a token (--token or HF_TOKEN)"
-            )
-        else:
-            return super()._status_error(status, url, headers)
-        if isinstance(error, NotFoundError):
-            error.code = code
-        return error
+        return hub_status_error(
+            self._repo, status, url, headers, shown=self.location, path=self._path
+        )
+
+    def _check_answer(self, head: Head) -> None:
+        # Every answer that names a commit (the hub's; a redirect to the CDN carries it, the
+        # CDN's answer does not) pins the repo or must name the pinned commit.
+        for headers in (*head.hops, head.headers):
+            self._repo.pin(headers.get("X-Repo-Commit"), self.location)
 
     def recipe(self) -> SourceRecipe:
         # The resolve URL at the pinned commit: a worker reads the same revision, and the
@@ -292,8 +370,8 @@ class HubSource(HttpSource):
 
     async def open_prefix(self, length: int) -> Prefix:
         prefix = await super().open_prefix(length)
-        # The hub's own answer carries the commit; for a large file that answer is the
-        # redirect to the CDN, not the final one.
-        for headers in self.first_responses:
-            self._repo.pin(headers.get("X-Repo-Commit"))
+        # Asked for at a branch before the repo was pinned: ask at the commit from now on, so
+        # that a later read (a small file is served by the hub itself, not the CDN) or a
+        # re-resolution of an expired redirect cannot land on a newer commit.
+        self._rename(self._repo.url(self._path))
         return prefix

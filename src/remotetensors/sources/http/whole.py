@@ -1,0 +1,208 @@
+"""Small answers read whole, such as the hub's JSON API (its file listings, its one-call
+metadata): one GET, retried by the policy that every file read follows (:mod:`.policy`).
+
+The caller's :class:`~.client.HttpOptions` apply as they do to file reads: ``max_attempts``,
+the backoff, ``max_retry_after_seconds``, ``request_deadline_seconds`` and the timeouts; every
+attempt waits for the host's rate limiter and tells it what came back. The answer that ends the
+retries is returned whatever its status, for the caller to judge (with
+:func:`.answer.status_error`, or its own source's words for the statuses it knows).
+
+The request goes through the client's direct reader when it can (no proxy, ``direct_reads`` on,
+an answer with a ``Content-Length`` that is not encoded), else through httpx, which also
+follows redirects.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import httpx
+
+from ...errors import BadResponseError, RequestTimeoutError
+from ...redact import redact_text
+from ...status import Retrying, retrying
+from ..ratelimit import limiter_for
+from .answer import Failed, retry_of
+from .client import Client, HttpClient, httpx_of, turn_of
+from .direct import RawConnectionError, RawProtocolError, RawTimeoutError
+from .head import ResponseHeaders
+from .policy import RETRY_STATUSES, backoff_seconds, gave_up
+
+if TYPE_CHECKING:
+    from collections.abc import Coroutine, Mapping
+
+    from .client import HttpOptions
+
+MAX_DIRECT_BODY_BYTES = 256 * 1024 * 1024
+"""A larger answer (or one without ``Content-Length``) is read by httpx instead."""
+
+
+@dataclass(frozen=True, slots=True)
+class WholeAnswer:
+    """An answer read whole.
+
+    Attributes:
+        status: the HTTP status.
+        headers: its headers (looked up by name in any case).
+        body: its body, decoded when it came encoded.
+        url: the URL that gave it (after the redirects httpx followed).
+    """
+
+    status: int
+    headers: ResponseHeaders
+    body: bytes
+    url: str
+
+
+class _Failure(Exception):
+    """An attempt without an answer: ``reason`` in words, ``timed_out`` when none came in time."""
+
+    def __init__(self, reason: str, *, timed_out: bool = False) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.timed_out = timed_out
+
+
+async def get_whole(
+    url: str,
+    headers: Mapping[str, str],
+    *,
+    client: Client | None,
+    options: HttpOptions,
+    shown: str,
+) -> WholeAnswer:
+    """GET ``url`` with ``headers``, retrying network failures, 408, 429 and 5xx as file reads
+    are retried; ``shown`` names the request in messages and status events (its URLs redacted).
+
+    ``client`` is shared with the caller's files (a new one is made and closed when None).
+
+    Raises:
+        TransportError: the attempts ran out (:class:`RequestTimeoutError` when the last got
+            no answer in time), or a ``Retry-After`` asked for more than
+            ``max_retry_after_seconds``.
+        RequestTimeoutError: ``request_deadline_seconds`` passed.
+        BadResponseError: the request cannot be sent, or its answer is not HTTP.
+    """
+    own = options.new_client() if client is None else None
+    used = client if client is not None else own
+    assert used is not None
+    deadline = (
+        None
+        if options.request_deadline_seconds is None
+        else time.monotonic() + options.request_deadline_seconds
+    )
+    limiter = limiter_for(url)
+    try:
+        attempt = 0
+        while True:
+            await limiter.acquire()
+            try:
+                answer = await _within(_attempt(used, url, dict(headers), shown), deadline, shown)
+            except _Failure as failure:
+                reason, wait, timed_out = failure.reason, None, failure.timed_out
+            else:
+                limiter.observe(answer.status, answer.headers)
+                if answer.status not in RETRY_STATUSES:
+                    return answer
+                decision = retry_of(answer.status, answer.headers, answer.url, options)
+                if isinstance(decision, Failed):
+                    raise decision.error
+                reason, wait, timed_out = decision.reason, decision.wait_seconds, False
+            attempt += 1
+            if attempt >= options.max_attempts:
+                raise gave_up(shown, reason, attempt, timed_out=timed_out)
+            wait = backoff_seconds(options, attempt) if wait is None else wait
+            if deadline is not None and time.monotonic() + wait >= deadline:
+                raise _deadline_passed(shown, options, reason)
+            retrying(Retrying(shown, attempt, options.max_attempts, reason, wait))
+            await asyncio.sleep(wait)
+    finally:
+        if own is not None:
+            await own.aclose()
+
+
+async def _within(
+    attempt: Coroutine[Any, Any, WholeAnswer], deadline: float | None, shown: str
+) -> WholeAnswer:
+    """Await ``attempt``, cancelled when ``deadline`` (monotonic seconds) passes first."""
+    if deadline is None:
+        return await attempt
+    try:
+        return await asyncio.wait_for(attempt, max(deadline - time.monotonic(), 0.0))
+    except asyncio.TimeoutError:
+        raise RequestTimeoutError(
+            f"{shown}: the request did not finish within request_deadline_seconds",
+            bound="request_deadline_seconds",
+        ) from None
+
+
+def _deadline_passed(shown: str, options: HttpOptions, reason: str) -> RequestTimeoutError:
+    return RequestTimeoutError(
+        f"{shown}: the request did not finish within request_deadline_seconds="
+        f"{options.request_deadline_seconds:g} ({reason})",
+        bound="request_deadline_seconds",
+    )
+
+
+async def _attempt(client: Client, url: str, headers: dict[str, str], shown: str) -> WholeAnswer:
+    """One GET: through the direct reader when it can take the answer, else httpx.
+
+    Raises:
+        _Failure: no answer (to be retried).
+        BadResponseError: the request cannot be sent, or the answer is not HTTP.
+    """
+    try:
+        async with turn_of(client):  # one of the client's connections, whichever way it goes
+            answer = await _direct_get(client, url, headers)
+            if answer is not None:
+                return answer
+            response = await httpx_of(client).get(url, headers=headers, follow_redirects=True)
+    except RawProtocolError as exc:
+        raise BadResponseError(f"{shown}: the answer is not valid HTTP/1.1: {exc}") from None
+    except RawTimeoutError as exc:
+        raise _Failure(f"request timed out ({exc})", timed_out=True) from None
+    except RawConnectionError as exc:
+        raise _Failure(f"network error: {redact_text(str(exc))}") from None
+    except httpx.TimeoutException as exc:
+        raise _Failure(f"request timed out ({type(exc).__name__})", timed_out=True) from None
+    except httpx.TransportError as exc:
+        raise _Failure(f"network error: {type(exc).__name__}: {redact_text(str(exc))}") from None
+    except (httpx.HTTPError, httpx.InvalidURL) as exc:
+        raise BadResponseError(
+            f"{shown}: HTTP request failed: {type(exc).__name__}: {redact_text(str(exc))}"
+        ) from None
+    return WholeAnswer(response.status_code, response.headers, response.content, str(response.url))
+
+
+async def _direct_get(client: Client, url: str, headers: dict[str, str]) -> WholeAnswer | None:
+    """GET ``url`` through the client's direct reader, the whole body in memory; None when
+    httpx must ask instead: a client not ours, direct reads off or a proxy, a redirect, a body
+    without ``Content-Length``, over :data:`MAX_DIRECT_BODY_BYTES` or encoded.
+
+    Raises:
+        RawConnectionError, RawTimeoutError: the network failed (the caller retries).
+    """
+    if not isinstance(client, HttpClient) or not client.goes_direct:
+        return None
+    bodies: list[bytearray] = []
+
+    def accept(status: int, answer: ResponseHeaders) -> memoryview | None:
+        length = answer.get("Content-Length", "")
+        if not length.isdigit() or int(length) > MAX_DIRECT_BODY_BYTES:
+            return None
+        bodies.append(bytearray(int(length)))
+        return memoryview(bodies[-1])
+
+    try:
+        answer = await client.direct.get_into(
+            url, {**headers, "Accept-Encoding": "identity"}, accept
+        )
+    except ValueError:  # a header that cannot be sent as it is: let httpx say so
+        return None
+    encoding = answer.headers.get("Content-Encoding", "identity").strip().lower()
+    if not answer.body_read or 300 <= answer.status < 400 or encoding not in ("", "identity"):
+        return None
+    return WholeAnswer(answer.status, answer.headers, bytes(bodies[-1]), url)
