@@ -286,6 +286,10 @@ class TensorSlice:
         return self._view.get_dtype()
 
     def __getitem__(self, index: Any) -> Any:
+        # Small local slices are read right here (see AsyncTensorFile.read_slice_now).
+        got = self._view.get_now(index)
+        if got is not None:
+            return got
         return run_sync(self._view[index])
 
 

@@ -136,6 +136,11 @@ class AsyncGGUFFile(AsyncTensorFile):
             raise SliceError(f"{exc} (tensor {info.name}, shape {list(info.shape)})") from None
         return convert(np.ascontiguousarray(result), "F32", self._framework)
 
+    def read_slice_now(self, info: TensorInfo, index: Any) -> Any | None:
+        if is_quantized(info.dtype):
+            return None  # dequantized by rows on the async path
+        return super().read_slice_now(info, index)
+
     async def _rows_for(
         self, info: TensorInfo, key: tuple[Any, ...]
     ) -> tuple[npt.NDArray[np.float32], tuple[Any, ...]]:
