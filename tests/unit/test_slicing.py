@@ -19,7 +19,7 @@ from remotetensors.formats.safetensors import parse_file
 from remotetensors.index import FileIndex, TensorInfo
 from remotetensors.ranges import ByteRange
 from remotetensors.reading.assemble import OutputArray
-from remotetensors.reading.slicing import SlicePlan, plan_slice
+from remotetensors.reading.slicing import SlicePlan, numpy_rows, plan_slice
 from tests.reference import raw_file, write_reference
 
 SHAPES = {
@@ -382,3 +382,79 @@ def test_sub_byte_slices_equal_numpy_where_the_reference_accepts_them(
     assert got.dtype == np.dtype(ml_dtypes.float4_e2m1fn)
     assert got.shape == codes[name][idx].shape
     assert got.view(np.uint8).tobytes() == codes[name][idx].tobytes()
+
+
+# --- numpy's rules, for quantized GGUF tensors read by rows ---------------------------------
+
+
+NUMPY_SHAPES = [(6, 5, 4), (7,), (5, 3), (0, 3), ()]
+
+
+@st.composite
+def numpy_keys(draw: st.DrawFn, shape: tuple[int, ...]) -> Any:
+    """Index expressions numpy takes (and some it refuses) for ``shape``."""
+    dim = st.sampled_from(shape) if shape else st.just(3)
+    bound = st.none() | st.integers(-9, 9)
+    item = st.one_of(
+        st.integers(-9, 9),
+        st.builds(slice, bound, bound, st.none() | st.sampled_from([1, 2, 3, -1, -2])),
+        st.just(None),
+        st.just(Ellipsis),
+        st.booleans(),
+        st.lists(st.integers(-7, 6), max_size=4),
+        dim.flatmap(lambda n: st.lists(st.booleans(), min_size=n, max_size=n)),
+        st.builds(
+            lambda flat, cut: np.array(flat[: cut[0] * cut[1]], bool).reshape(cut),
+            st.lists(st.booleans(), min_size=30, max_size=30),
+            st.sampled_from([s[:2] for s in NUMPY_SHAPES if len(s) >= 2] + [(2, 2)]),
+        ),
+    )
+    items = draw(st.lists(item, max_size=4))
+    return draw(st.sampled_from([tuple(items), items[0] if items else ()]))
+
+
+@given(data=st.data())
+def test_numpy_rows_give_numpys_result(data: Any) -> None:
+    shape = data.draw(st.sampled_from(NUMPY_SHAPES))
+    key = data.draw(numpy_keys(shape))
+    full = np.arange(int(np.prod(shape)), dtype=np.int64).reshape(shape)
+    try:
+        expected = full[key]
+    except IndexError:
+        with pytest.raises(SliceError):
+            numpy_rows(key, shape)
+        return
+    selection = numpy_rows(key, shape)
+    assert selection.shape == np.shape(expected)
+    if not np.size(expected):
+        assert selection.rows is not None
+        assert selection.rows.size == 0  # nothing to read
+        return
+    sub = full if selection.rows is None else full[selection.rows]
+    got = sub[selection.key]
+    assert np.shape(got) == np.shape(expected)
+    np.testing.assert_array_equal(got, expected)
+    if selection.rows is not None:  # each row the result holds, once, ascending
+        assert np.all(np.diff(selection.rows) > 0)
+        held = np.unique(expected // max(1, int(np.prod(shape[1:]))))
+        assert set(held.tolist()) == set(selection.rows.tolist())
+
+
+def test_numpy_rows_of_the_issues_examples() -> None:
+    # [None, 0] of [8, 64]: row 0 with shape (1, 64), as numpy; before, column 0 of every row.
+    selection = numpy_rows((None, 0), (8, 64))
+    assert selection.rows is not None
+    assert selection.rows.tolist() == [0]
+    full = np.arange(8 * 64).reshape(8, 64)
+    np.testing.assert_array_equal(full[selection.rows][selection.key], full[None, 0])
+    mask = np.zeros((8, 64), bool)
+    mask[3, 5] = mask[6, 1] = True  # a 2-D mask reads rows 3 and 6 only
+    selection = numpy_rows(mask, (8, 64))
+    assert selection.rows is not None
+    assert selection.rows.tolist() == [3, 6]
+    np.testing.assert_array_equal(full[selection.rows][selection.key], full[mask])
+    # A slice stays a slice beside an integer array: [1:3, [0, 1]] is 2 x 2, not 2.
+    selection = numpy_rows((slice(1, 3), [0, 1]), (8, 64))
+    assert full[selection.rows][selection.key].shape == (2, 2)
+    with pytest.raises(SliceError, match="boolean index did not match"):
+        numpy_rows(np.ones(3, bool), (8, 64))

@@ -32,6 +32,8 @@ from ..index import TensorInfo
 from ..ranges import ByteRange
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     import numpy.typing as npt
 
 _EMPTY = object()
@@ -476,3 +478,93 @@ def _merged(
             kept.append((count, stride))
     kept.reverse()
     return tuple(c for c, _ in kept), tuple(s for _, s in kept), run_bytes
+
+
+# --- numpy's rules, for tensors read whole rows at a time (quantized GGUF) ---------------------
+
+
+@dataclass(frozen=True, slots=True)
+class RowSelection:
+    """What a numpy index needs of a tensor's first dimension.
+
+    Attributes:
+        shape: the result's shape.
+        rows: the indexes of the first dimension that the index reads, distinct and ascending;
+            ``None`` when it reads all of them (an ellipsis or no item covers that dimension);
+            none when the result is empty.
+        key: the index to apply to an array of only those rows, in that order: it gives what
+            the original index gives on the whole tensor (``None`` items, boolean arrays,
+            integer arrays, negative steps and the placement of advanced-index dimensions
+            included); ``()`` when the result is empty (nothing to read).
+    """
+
+    shape: tuple[int, ...]
+    rows: npt.NDArray[np.intp] | None
+    key: tuple[Any, ...]
+
+
+def numpy_rows(index: Any, shape: tuple[int, ...]) -> RowSelection:
+    """The rows of a tensor of ``shape`` that ``index`` reads with numpy's indexing rules, and
+    the index remapped to those rows (see :class:`RowSelection`). Pure; no array of the
+    tensor's size is made.
+
+    Raises:
+        SliceError: numpy rejects the index for this shape (its message).
+    """
+    key = index if isinstance(index, tuple) else (index,)
+    try:
+        # numpy's own checks (bounds, boolean shapes, too many indices, ...) on an array of the
+        # shape that holds one byte: free for basic indexing, one byte per result element else.
+        result_shape = np.shape(np.broadcast_to(np.zeros((), np.int8), shape)[key])
+    except IndexError as exc:
+        raise SliceError(f"{exc} (shape {list(shape)})") from None
+    if math.prod(result_shape) == 0:
+        # Nothing to read; numpy checks no bounds then either ([False, [9]] of a 2 x 3 array).
+        return RowSelection(result_shape, np.empty(0, np.intp), ())
+    # A boolean array indexes as its nonzero() tuple in its place (numpy's documented rule),
+    # after which every item but None, an ellipsis and a boolean scalar indexes one dimension.
+    key = tuple(_nonzero_items(key))
+    at = _first_dimension_item(key, len(shape))
+    if at is None:
+        return RowSelection(result_shape, None, key)
+    item = key[at]
+    picked = np.arange(shape[0])[item]
+    new: Any
+    if isinstance(item, slice):
+        forward = item.indices(shape[0])[2] > 0
+        rows = picked if forward else picked[::-1]
+        # Kept a slice: an integer array here would change where numpy puts advanced-index
+        # dimensions ([1:3, [0, 1]] is 2 x 2, [[1, 2], [0, 1]] is 2).
+        new = slice(None) if forward else slice(None, None, -1)
+    else:
+        rows = np.unique(picked)
+        new = np.searchsorted(rows, picked)  # a scalar stays a scalar, an array keeps its shape
+    return RowSelection(result_shape, rows, (*key[:at], new, *key[at + 1 :]))
+
+
+def _nonzero_items(key: tuple[Any, ...]) -> Iterator[Any]:
+    for item in key:
+        if isinstance(item, (list, tuple, np.ndarray)):
+            array = np.asarray(item)
+            if array.dtype == np.bool_ and array.ndim:
+                yield from array.nonzero()
+                continue
+        yield item
+
+
+def _takes_no_dimension(item: Any) -> bool:
+    """None and boolean scalars add a dimension, an ellipsis stands for the ones left over."""
+    if item is None or item is Ellipsis or isinstance(item, (bool, np.bool_)):
+        return True
+    return isinstance(item, np.ndarray) and item.ndim == 0 and item.dtype == np.bool_
+
+
+def _first_dimension_item(key: tuple[Any, ...], ndim: int) -> int | None:
+    """Where in ``key`` (boolean arrays expanded) the item indexing dimension 0 is; ``None``
+    when no item does."""
+    indexing = [i for i, item in enumerate(key) if not _takes_no_dimension(item)]
+    ellipsis = next((i for i, item in enumerate(key) if item is Ellipsis), None)
+    covers_first = ellipsis is not None and (not indexing or ellipsis < indexing[0])
+    if not indexing or (covers_first and ndim > len(indexing)):
+        return None
+    return indexing[0]
