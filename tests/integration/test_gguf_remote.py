@@ -248,7 +248,8 @@ def test_quantized_slices_follow_numpys_rules(gguf_root: dict[str, Any]) -> None
         row_bytes = info.nbytes // 64
         big_mask = np.zeros((64, 8192), bool)
         big_mask[9, 5] = big_mask[40, 1] = True
-        for key, rows in [((None, 5), [5]), (big_mask, [9, 40])]:
+        row_cases: list[tuple[Any, list[int]]] = [((None, 5), [5]), (big_mask, [9, 40])]
+        for key, rows in row_cases:
             log.clear()
             got = f.get_slice("rows")[key]
             np.testing.assert_array_equal(got, ref.tensors["rows"].values[key])
