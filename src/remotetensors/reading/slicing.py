@@ -208,19 +208,21 @@ class SlicePlan:
         starts = self.start + _offsets(self.counts[:inner], self.strides[:inner])
         per_chunk = budget // span
         out_per_block = math.prod(self.counts[inner:]) * self.run_bytes
-        return [
-            SliceChunk(
-                group,
-                span,
-                (len(group), *self.counts[inner:]),
-                (span, *self.strides[inner:]),
-                self.run_bytes,
-                first * out_per_block,
-                direct=False,
+        chunks = []
+        for first in range(0, len(starts), per_chunk):
+            group = starts[first : first + per_chunk]
+            chunks.append(
+                SliceChunk(
+                    group,
+                    span,
+                    (len(group), *self.counts[inner:]),
+                    (span, *self.strides[inner:]),
+                    self.run_bytes,
+                    first * out_per_block,
+                    direct=False,
+                )
             )
-            for first in range(0, len(starts), per_chunk)
-            for group in (starts[first : first + per_chunk],)
-        ]
+        return chunks
 
     def _batches(self, inner: int, extents: list[int], budget: int) -> list[SliceChunk]:
         """Chunks of one span each, when a whole block of grid axes ``[inner:]`` exceeds

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..dtypes import DTYPES
 from .display import human_bytes, tree_html, tree_text
 from .stats import Heatmap, TensorStats, as_float, tensor_stats
 from .tree import Tree, build_tree
@@ -25,7 +26,7 @@ if TYPE_CHECKING:
     from ..quantization import LogicalTensor
 
 DEFAULT_STATS_BYTES = 64 * 1024 * 1024
-"""Tensors larger than this are summarised from a sample of rows (see :meth:`TensorView.stats`)."""
+"""Tensors larger than this are summarised from a sample (see :meth:`TensorView.stats`)."""
 
 SAMPLE_BLOCKS = 8
 """Runs of consecutive values a sample is made of, spread evenly over the tensor (one range
@@ -193,7 +194,7 @@ def sample_runs(shape: tuple[int, ...], bits: int, max_bytes: int) -> Sample | N
     run = share // (strides[axis] * bits) // steps[axis] * steps[axis]
     run = min(max(run, steps[axis]), shape[axis] - shape[axis] % steps[axis])
     if run <= 0:
-        return None
+        return None  # a tensor of a fraction of a byte in all: no file holds one
     units = math.prod(shape[: axis + 1])  # indexes of the run's dimension, over every lead
     count = max(1, min(SAMPLE_BLOCKS, units // run))
     keys: list[tuple[Any, ...]] = []
@@ -305,8 +306,6 @@ class TensorView:
 def _bits(info: TensorInfo) -> int:
     """Bits per element in the file; a GGML block type's average (its blocks are read whole by
     rows, and only the budget depends on it)."""
-    from ..dtypes import DTYPES
-
     known = DTYPES.get(info.dtype)
     if known is not None:
         return known.bits
