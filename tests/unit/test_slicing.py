@@ -97,6 +97,19 @@ def read_plan(
     return result
 
 
+def read_array(
+    info: TensorInfo, plan: SlicePlan, data: bytes, budgets: tuple[int, int, int]
+) -> Any:
+    """The slice as the reader returns it, read with the given (max_gap_bytes, chunk_bytes,
+    gather_run_bytes)."""
+    max_gap, chunk, gather = budgets
+    out = OutputArray(info.dtype_info, plan.shape)
+    np.frombuffer(out.buffer, np.uint8)[:] = read_plan(
+        plan, data, max_gap_bytes=max_gap, chunk_bytes=chunk, gather_run_bytes=gather
+    )
+    return out.result()
+
+
 def reference(handle: Any, name: str, idx: Any) -> tuple[str, Any]:
     try:
         result = handle.get_slice(name)[idx]
@@ -307,13 +320,7 @@ def test_strided_slices_of_every_dtype_equal_numpy(
     full = tensors[name]
     idx = tuple(in_bounds_item(data, dim) for dim in full.shape)
     info = index.tensors[name]
-    plan = plan_slice(info, idx)
-    max_gap, chunk, gather = budgets
-    out = OutputArray(info.dtype_info, plan.shape)
-    np.frombuffer(out.buffer, np.uint8)[:] = read_plan(
-        plan, raw, max_gap_bytes=max_gap, chunk_bytes=chunk, gather_run_bytes=gather
-    )
-    got = out.result()
+    got = read_array(info, plan_slice(info, idx), raw, budgets)
     assert got.dtype == full.dtype
     assert got.shape == full[idx].shape
     assert got.tobytes() == full[idx].tobytes()
@@ -372,13 +379,7 @@ def test_sub_byte_slices_equal_numpy_where_the_reference_accepts_them(
         with pytest.raises(SliceError, match="byte boundary"):
             plan_slice(info, idx)
         return
-    plan = plan_slice(info, idx)
-    max_gap, chunk, gather = budgets
-    out = OutputArray(info.dtype_info, plan.shape)
-    np.frombuffer(out.buffer, np.uint8)[:] = read_plan(
-        plan, raw, max_gap_bytes=max_gap, chunk_bytes=chunk, gather_run_bytes=gather
-    )
-    got = out.result()
+    got = read_array(info, plan_slice(info, idx), raw, budgets)
     assert got.dtype == np.dtype(ml_dtypes.float4_e2m1fn)
     assert got.shape == codes[name][idx].shape
     assert got.view(np.uint8).tobytes() == codes[name][idx].tobytes()
