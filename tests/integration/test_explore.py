@@ -16,8 +16,9 @@ import pytest
 import remotetensors as rt
 from remotetensors.cli import main
 from remotetensors.views.display import traffic_words
-from tests.reference import write_reference
-from tests.servers import Log, static_server
+from remotetensors.views.explore import sample_runs
+from tests.reference import raw_file, write_reference
+from tests.servers import FaultyServer, Log, static_server
 
 LAYERS = 12
 
@@ -130,7 +131,7 @@ def test_tensor_card_stats_and_pictures(served: tuple[str, Log, dict[str, Any]])
         log.clear()
         sampled = view.stats(max_bytes=8 * 1024)
         assert sampled.sample is not None
-        assert "rows in" in sampled.sample
+        assert "values, in" in sampled.sample
         assert sampled.count * 4 <= 8 * 1024
         assert received(log) <= 8 * 1024
         assert "sample:" in sampled._repr_html_()
@@ -168,6 +169,50 @@ def test_heatmap_defaults_fit_any_shape(tmp_path: Path) -> None:
             assert heat.values.shape == shape, name
             assert "empty, nothing to draw" in heat._repr_html_()
         assert log.entries == []  # an empty tensor has no bytes to fetch
+
+
+def sampled_tensors(faulty: FaultyServer) -> tuple[dict[str, str], np.ndarray[Any, Any]]:
+    """A [4, 1000, 1000] F32 stack of experts and an F4 [20002, 3] tensor (rows of 12 bits),
+    one file each: their URLs, and the experts."""
+    rng = np.random.default_rng(8)
+    experts = rng.standard_normal((4, 1000, 1000)).astype(np.float32)
+    codes = rng.integers(0, 16, 20002 * 3).astype(np.uint8)
+    packed = bytes((codes[0::2] | (codes[1::2] << 4)).tolist())
+    f4 = json.dumps({"f4": {"dtype": "F4", "shape": [20002, 3], "data_offsets": [0, len(packed)]}})
+    urls = {
+        "experts": faulty.put("experts.safetensors", write_reference({"experts": experts})),
+        "f4": faulty.put("f4.safetensors", raw_file(f4, packed, pad=True)),
+    }
+    return urls, experts
+
+
+@pytest.mark.parametrize(("name", "budget"), [("experts", 64 * 1024), ("f4", 2048)])
+def test_sampled_stats_fetch_about_max_bytes_inside_rows(
+    faulty: FaultyServer, name: str, budget: int
+) -> None:
+    # Before, stats(max_bytes=64 KiB) of a [4, 1000, 1000] F32 stack fetched one whole expert
+    # (4 MB), and an F4 [20002, 3] tensor raised SliceError (row blocks at odd rows).
+    urls, _ = sampled_tensors(faulty)
+    with rt.open_model(urls[name], options=rt.ReadOptions(header_window_bytes=1024)) as model:
+        view = model.tensor(name)
+        faulty.log.clear()
+        stats = view.stats(max_bytes=budget)
+        assert 0 < received(faulty.log) <= budget
+        assert stats.count * view.info.dtype_info.bits <= budget * 8
+        assert stats.sample is not None
+        assert f"of {view.info.num_elements:,} values" in stats.sample
+
+
+def test_sampled_stats_summarise_exactly_the_runs_read(faulty: FaultyServer) -> None:
+    urls, experts = sampled_tensors(faulty)
+    with rt.open_model(urls["experts"]) as model:
+        sample = model.tensor("experts").stats(max_bytes=64 * 1024)
+    runs = sample_runs(experts.shape, 32, 64 * 1024)
+    assert runs is not None
+    taken = np.concatenate([experts[key].reshape(-1) for key in runs.keys]).astype(np.float64)
+    assert sample.count == taken.size
+    assert (sample.min, sample.max) == (float(taken.min()), float(taken.max()))
+    assert sample.mean == pytest.approx(float(taken.mean()))
 
 
 def test_pictures_without_matplotlib_say_how_to_install(

@@ -205,6 +205,59 @@ def test_quantized_row_slices_fetch_whole_rows_only(gguf_root: dict[str, Any]) -
         ]
 
 
+def test_quantized_slices_follow_numpys_rules(gguf_root: dict[str, Any]) -> None:
+    # Before, [None, 0] of an [8, 64] Q8_0 tensor gave column 0 with shape (1, 8): the first
+    # item was taken for the rows whatever it was. numpy gives row 0 with shape (1, 64).
+    log: Log = gguf_root["log"]
+    rng = np.random.default_rng(13)
+    path = gguf_root["root"] / "numpy.gguf"
+    tensors = {
+        "q8": (quantized(rng, Q.Q8_0, (8, 64)), Q.Q8_0),
+        "q4k": (quantized(rng, Q.Q4_K, (3, 4, 256)), Q.Q4_K),
+        "v": (quantized(rng, Q.Q8_0, (256,)), Q.Q8_0),
+        "rows": (quantized(rng, Q.Q8_0, (64, 8192)), Q.Q8_0),
+    }
+    write_gguf(path, tensors, vocab_size=0)
+    ref = reference_view(path)
+    mask = np.zeros((8, 64), bool)
+    mask[3, 5] = mask[6, 1] = mask[6, 2] = True
+    cases: list[tuple[str, Any]] = [
+        ("q8", (None, 0)),
+        ("q8", (0, None)),
+        ("q8", (Ellipsis, None, 3)),
+        ("q8", mask),
+        ("q8", mask[:, 0]),
+        ("q8", (slice(1, 3), [0, 1])),
+        ("q8", (3, 5)),
+        ("q8", (False, [0])),
+        ("q4k", (None, slice(None, None, -1), [1, 2])),
+        ("q4k", (Ellipsis, 7)),
+        ("v", (None, slice(200, 10, -9))),
+        ("v", np.arange(256) % 5 == 0),
+    ]
+    url = f"{gguf_root['base']}/numpy.gguf"
+    with rt.safe_open(url, options=rt.ReadOptions(header_window_bytes=4096)) as f:
+        for name, key in cases:
+            expected = ref.tensors[name].values[key]
+            got = f.get_slice(name)[key]
+            assert got.shape == expected.shape, (name, key)
+            np.testing.assert_array_equal(got, expected)
+        with pytest.raises(rt.SliceError, match="boolean index did not match"):
+            f.get_slice("q8")[np.ones(3, bool)]
+        info = f.index.tensors["rows"]
+        row_bytes = info.nbytes // 64
+        big_mask = np.zeros((64, 8192), bool)
+        big_mask[9, 5] = big_mask[40, 1] = True
+        row_cases: list[tuple[Any, list[int]]] = [((None, 5), [5]), (big_mask, [9, 40])]
+        for key, rows in row_cases:
+            log.clear()
+            got = f.get_slice("rows")[key]
+            np.testing.assert_array_equal(got, ref.tensors["rows"].values[key])
+            assert sorted(log.ranges("numpy.gguf")) == [
+                (info.start + r * row_bytes, info.start + (r + 1) * row_bytes) for r in rows
+            ]
+
+
 def test_a_10_mb_header_takes_three_requests(gguf_root: dict[str, Any]) -> None:
     big: Path = gguf_root["big"]
     log: Log = gguf_root["log"]

@@ -286,6 +286,10 @@ class TensorSlice:
         return self._view.get_dtype()
 
     def __getitem__(self, index: Any) -> Any:
+        # Small local slices are read right here (see AsyncTensorFile.read_slice_now).
+        got = self._view.get_now(index)
+        if got is not None:
+            return got
         return run_sync(self._view[index])
 
 
@@ -408,12 +412,12 @@ class Model:
         logical = self._model.logical_tensors.get(name)
         return hooks.call("tensor_view", self, self.tensors[name], logical)
 
-    def _fetch_rows(self, name: str, blocks: list[tuple[int, int]]) -> list[Any]:
-        """Row blocks ``[(start, stop), ...]`` of tensor ``name``, fetched concurrently."""
+    def _fetch_slices(self, name: str, keys: list[Any]) -> list[Any]:
+        """``get_slice(name)[key]`` for each key, fetched concurrently."""
         view = self._model.get_slice(name)
 
         async def fetch() -> list[Any]:
-            return list(await asyncio.gather(*(view[a:b] for a, b in blocks)))
+            return list(await asyncio.gather(*(view[key] for key in keys)))
 
         return run_sync(fetch())
 

@@ -24,9 +24,11 @@ from ..errors import MissingDependencyError, SliceError, UnsupportedDtypeError
 from ..formats.gguf import GGML_TYPES_BY_NAME, HeaderParser, NeedMore, next_read_end
 from ..index import FileIndex
 from ..ranges import ByteRange
+from ..redact import redact_url
 from .fetch import Target
 from .file import AsyncTensorFile
 from .frameworks import convert
+from .slicing import numpy_rows
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -97,9 +99,11 @@ def dequantize(raw: npt.NDArray[np.uint8], dtype_name: str, shape: tuple[int, ..
 class AsyncGGUFFile(AsyncTensorFile):
     """An open GGUF file: plain types read like safetensors, quantized ones dequantized.
 
-    Slices of quantized tensors: the rows (first numpy axis) they select are fetched whole (a row
-    is whole blocks), dequantized, and the other axes are cut in memory, with numpy's indexing
-    rules; a 1-D quantized tensor fetches the blocks spanning the selection.
+    Slices of quantized tensors follow numpy's indexing rules, as on the dequantized tensor
+    (``None``, boolean masks, integer arrays, negative steps and indexes), not the reference
+    ``get_slice`` rules of plain types: the rows (first numpy axis) they select are fetched whole
+    (a row is whole blocks), dequantized, and the other axes are cut in memory; a 1-D quantized
+    tensor fetches the blocks spanning the selection.
     """
 
     def get_tensor_now(self, name: str) -> Any | None:
@@ -134,45 +138,54 @@ class AsyncGGUFFile(AsyncTensorFile):
         )
 
     async def _read_slice(self, info: TensorInfo, index: Any) -> Any:
+        """``info[index]``; for a quantized tensor with numpy's indexing rules (``None``,
+        boolean masks, integer arrays, negative steps), as numpy indexes the dequantized tensor.
+
+        Raises:
+            SliceError: the reference rejects the index (plain types), or numpy does
+                (quantized types).
+        """
         if not is_quantized(info.dtype):
             return await super()._read_slice(info, index)
         self._check_open()
-        key = index if isinstance(index, tuple) else (index,)
-        values, key = await self._rows_for(info, key)
         try:
-            result = values[key]
-        except IndexError as exc:
-            raise SliceError(f"{exc} (tensor {info.name}, shape {list(info.shape)})") from None
-        return convert(np.ascontiguousarray(result), "F32", self._framework)
+            selection = numpy_rows(index, info.shape)
+        except SliceError as exc:
+            raise SliceError(f"{exc}: tensor {info.name} ({redact_url(self.location)})") from None
+        if math.prod(selection.shape) == 0:
+            return convert(np.empty(selection.shape, np.float32), "F32", self._framework)
+        values = await self._dequantized_rows(info, selection.rows)
+        # require, not ascontiguousarray: a scalar result stays 0-d, as numpy gives it.
+        result = np.require(values[selection.key], requirements="C")
+        return convert(result, "F32", self._framework)
 
-    async def _rows_for(
-        self, info: TensorInfo, key: tuple[Any, ...]
-    ) -> tuple[npt.NDArray[np.float32], tuple[Any, ...]]:
-        """Fetch and dequantize the rows ``key`` selects; returns them and ``key`` remapped to
-        index into them."""
-        ggml = GGML_TYPES_BY_NAME[info.dtype]
-        if not info.shape or not key or key[0] is Ellipsis:
+    def read_slice_now(self, info: TensorInfo, index: Any) -> Any | None:
+        if is_quantized(info.dtype):
+            return None  # dequantized by rows on the async path
+        return super().read_slice_now(info, index)
+
+    async def _dequantized_rows(
+        self, info: TensorInfo, rows: npt.NDArray[np.intp] | None
+    ) -> npt.NDArray[np.float32]:
+        """Fetch and dequantize ``rows`` of the first dimension (distinct, ascending; all when
+        None): whole rows, as a row is whole blocks; for a 1-D tensor, whose elements share
+        blocks, the blocks spanning them."""
+        if rows is None:
             raw = await self.get_tensor_bytes(info.name)
-            return dequantize(raw, info.dtype, info.shape), key
-        try:
-            rows = np.arange(info.shape[0])[key[0]]
-        except IndexError as exc:
-            raise SliceError(f"{exc} (tensor {info.name}, shape {list(info.shape)})") from None
-        picked = np.atleast_1d(rows)
-        if picked.size == 0:
-            return np.empty((0, *info.shape[1:]), np.float32), (slice(None), *key[1:])
+            values: npt.NDArray[np.float32] = dequantize(raw, info.dtype, info.shape)
+            return values
+        ggml = GGML_TYPES_BY_NAME[info.dtype]
         if len(info.shape) == 1:
-            # Elements of a 1-D tensor share blocks: fetch the blocks spanning the selection.
-            first = int(picked.min()) // ggml.block_size
-            count = int(picked.max()) // ggml.block_size - first + 1
+            first = int(rows[0]) // ggml.block_size
+            count = int(rows[-1]) // ggml.block_size - first + 1
             start = info.start + first * ggml.type_size
             raw = np.empty(count * ggml.type_size, dtype=np.uint8)
             await self._fetch([Target(ByteRange(start, start + raw.size), raw.data)])
-            values = dequantize(raw, info.dtype, (count * ggml.block_size,))
-            return values, (rows - first * ggml.block_size, *key[1:])
+            span = dequantize(raw, info.dtype, (count * ggml.block_size,))
+            picked: npt.NDArray[np.float32] = span[rows - first * ggml.block_size]
+            return picked
         row_bytes = ggml.nbytes(math.prod(info.shape[1:]))
-        unique = np.unique(picked)
-        runs = _runs(unique)
+        runs = _runs(rows)
         raws = [np.empty((stop - begin) * row_bytes, dtype=np.uint8) for begin, stop in runs]
         await self._fetch(
             [
@@ -183,13 +196,12 @@ class AsyncGGUFFile(AsyncTensorFile):
                 for (begin, stop), raw in zip(runs, raws, strict=True)
             ]
         )
-        values = np.concatenate(
+        return np.concatenate(
             [
                 dequantize(raw, info.dtype, (stop - begin, *info.shape[1:]))
                 for (begin, stop), raw in zip(runs, raws, strict=True)
             ]
         )
-        return values, (np.searchsorted(unique, rows), *key[1:])
 
 
 def _runs(sorted_rows: npt.NDArray[Any]) -> list[tuple[int, int]]:

@@ -1,8 +1,12 @@
 """``get_slice`` index expressions turned into byte runs, with the reference's semantics.
 
 Pure: no IO. :func:`plan_slice` validates an index expression against a tensor exactly as the
-reference ``safetensors`` 0.8.0 ``get_slice`` does and returns the byte runs (absolute, in C
-order, adjacent runs merged) whose concatenation is the result.
+reference ``safetensors`` 0.8.0 ``get_slice`` does and returns a :class:`SlicePlan`: the
+result's bytes as a grid of equal runs of the file (a start, a count and a byte stride per
+axis), whose size does not grow with the number of elements. :meth:`SlicePlan.chunks` turns it
+into reads: strided selections (``[:, ::2]``) fetch the spans that cover their runs, holes of at
+most ``max_gap_bytes`` included, and numpy picks the runs out of them; runs far apart or long
+are read straight into the result.
 
 Semantics, as the reference's:
 - items are ints (negative ones count from the end; ``True`` is 1), slices whose start and stop
@@ -19,13 +23,18 @@ import math
 import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..errors import SliceError
 from ..index import TensorInfo
 from ..ranges import ByteRange
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    import numpy.typing as npt
 
 _EMPTY = object()
 """Stands for the empty-list index ``[]``: an empty selection of the first dimension."""
@@ -52,28 +61,205 @@ class _Axis:
     keep: bool
 
 
+GATHER_RUN_BYTES = 64 * 1024
+"""Runs shorter than this are read within covering spans and picked out by numpy; longer runs
+are read straight into the result, as a request per run then costs little beside its bytes."""
+
+
+@dataclass(frozen=True, slots=True)
+class SliceChunk:
+    """One step of a slice read: spans of the file fetched back to back, then gathered.
+
+    Span ``i`` is bytes ``[starts[i], starts[i] + span_bytes)`` of the file (absolute offsets,
+    end exclusive); it lands at byte ``i * span_bytes`` of the chunk's buffer. In that buffer the
+    selected runs, ``run_bytes`` long each, form a grid of shape ``runs_shape`` (its first axis
+    counts the spans) with byte strides ``runs_strides``; in C order they are bytes
+    ``[out_start, out_start + out_bytes)`` of the result.
+
+    Attributes:
+        direct: the buffer is exactly those bytes of the result, in order (every span is one
+            run): it can be the result's own memory, with nothing to gather.
+    """
+
+    starts: npt.NDArray[np.int64]
+    span_bytes: int
+    runs_shape: tuple[int, ...]
+    runs_strides: tuple[int, ...]
+    run_bytes: int
+    out_start: int
+    direct: bool
+
+    @property
+    def fetched_bytes(self) -> int:
+        """Bytes the spans hold (the buffer's length)."""
+        return len(self.starts) * self.span_bytes
+
+    @property
+    def out_bytes(self) -> int:
+        """Bytes of the result that this chunk fills."""
+        return math.prod(self.runs_shape) * self.run_bytes
+
+    def spans(self) -> list[ByteRange]:
+        """The spans as byte ranges, in buffer order."""
+        length = self.span_bytes
+        return [ByteRange(start, start + length) for start in self.starts.tolist()]
+
+    def gather(self, fetched: npt.NDArray[np.uint8], result: npt.NDArray[np.uint8]) -> None:
+        """Copy the selected runs from ``fetched`` (the spans, back to back) into ``result``
+        (all the result's bytes, 1-D uint8).
+
+        Raises:
+            ValueError: ``fetched`` is shorter than :attr:`fetched_bytes`.
+        """
+        # A void item of exactly one run: numpy copies it with one move per run, whatever the
+        # dtype (sub-byte runs are whole bytes, checked when planning).
+        run = np.dtype((np.void, self.run_bytes))
+        source = np.ndarray(self.runs_shape, run, fetched, 0, self.runs_strides)
+        target = result[self.out_start : self.out_start + self.out_bytes].view(run)
+        np.copyto(target.reshape(self.runs_shape), source)
+
+
 @dataclass(frozen=True, slots=True)
 class SlicePlan:
-    """What a slice of a tensor needs and gives.
+    """What a slice of a tensor needs and gives: a grid of equal runs of bytes.
+
+    The result's bytes, in C order, are runs of ``run_bytes`` bytes each; run ``(i0, i1, ...)``
+    starts at absolute byte ``start + i0 * strides[0] + i1 * strides[1] + ...`` of the file.
+    Runs that touch are merged into longer runs and axes that step evenly into one axis, so the
+    plan's size depends on the number of dimensions, never on the number of elements.
 
     Attributes:
         shape: shape of the result.
-        runs: absolute byte ranges in C order of the result, adjacent runs merged; empty when the
-            result has no elements.
+        start: absolute file offset of the first run (the tensor's start if there is none).
+        counts: runs along each grid axis, outer first; each at least 2.
+        strides: bytes from one run to the next along each grid axis.
+        run_bytes: length of one run; 0 when the result has no elements.
     """
 
     shape: tuple[int, ...]
-    runs: tuple[ByteRange, ...]
+    start: int
+    counts: tuple[int, ...]
+    strides: tuple[int, ...]
+    run_bytes: int
 
     @property
     def nbytes(self) -> int:
         """Bytes of the result in the file's encoding (sum of the runs)."""
-        return sum(run.length for run in self.runs)
+        return self.num_runs * self.run_bytes
 
     @property
     def num_elements(self) -> int:
         """Number of elements of the result."""
         return math.prod(self.shape)
+
+    @property
+    def num_runs(self) -> int:
+        """Number of runs (0 when the result is empty)."""
+        return math.prod(self.counts) if self.run_bytes else 0
+
+    @property
+    def covering(self) -> ByteRange:
+        """From the first selected byte to one past the last (empty when nothing is selected):
+        a read of the slice never fetches a byte outside it."""
+        end = self.start + self._extents()[0] if self.run_bytes else self.start
+        return ByteRange(self.start, end)
+
+    def chunks(
+        self,
+        *,
+        max_gap_bytes: int,
+        chunk_bytes: int,
+        gather_run_bytes: int = GATHER_RUN_BYTES,
+    ) -> list[SliceChunk]:
+        """How to read the slice: chunks to fetch one after the other, in result order.
+
+        Runs shorter than ``gather_run_bytes`` are fetched with the holes between them when no
+        hole is longer than ``max_gap_bytes``, in spans that cover them, and picked out by
+        numpy; a gather chunk fetches at most ``max(chunk_bytes, gather_run_bytes)`` bytes, so
+        its buffer is bounded. Otherwise the runs are read straight into the result (one direct
+        chunk). No byte outside :attr:`covering` is fetched, none twice. Pure: the number of
+        chunks and spans grows with the requests needed, not with the elements.
+        """
+        if not self.run_bytes:
+            return []
+        extents = self._extents()
+        inner = len(self.counts)  # grid axes [inner:] are fetched whole, holes included
+        while inner > 0 and self.strides[inner - 1] - extents[inner] <= max_gap_bytes:
+            inner -= 1
+        if inner == len(self.counts) or self.run_bytes >= gather_run_bytes:
+            starts = self.start + _offsets(self.counts, self.strides)
+            run = self.run_bytes
+            return [SliceChunk(starts, run, (len(starts),), (run,), run, 0, direct=True)]
+        budget = max(chunk_bytes, gather_run_bytes)
+        if extents[inner] <= budget:
+            return self._whole_blocks(inner, extents[inner], budget)
+        return self._batches(inner, extents, budget)
+
+    def _extents(self) -> list[int]:
+        """``extents[i]``: bytes from the first byte of a block of grid axes ``[i:]`` to one
+        past its last (``extents[-1]`` is one run)."""
+        extents = [self.run_bytes]
+        for count, stride in zip(reversed(self.counts), reversed(self.strides), strict=True):
+            extents.append((count - 1) * stride + extents[-1])
+        return extents[::-1]
+
+    def _whole_blocks(self, inner: int, span: int, budget: int) -> list[SliceChunk]:
+        """Chunks of as many whole blocks of grid axes ``[inner:]`` as fit ``budget`` bytes."""
+        starts = self.start + _offsets(self.counts[:inner], self.strides[:inner])
+        per_chunk = budget // span
+        out_per_block = math.prod(self.counts[inner:]) * self.run_bytes
+        chunks = []
+        for first in range(0, len(starts), per_chunk):
+            group = starts[first : first + per_chunk]
+            chunks.append(
+                SliceChunk(
+                    group,
+                    span,
+                    (len(group), *self.counts[inner:]),
+                    (span, *self.strides[inner:]),
+                    self.run_bytes,
+                    first * out_per_block,
+                    direct=False,
+                )
+            )
+        return chunks
+
+    def _batches(self, inner: int, extents: list[int], budget: int) -> list[SliceChunk]:
+        """Chunks of one span each, when a whole block of grid axes ``[inner:]`` exceeds
+        ``budget``: consecutive items along the outermost axis whose items fit, as many as fit."""
+        axis = inner
+        while extents[axis + 1] > budget:  # extents[-1] is one run, shorter than the budget
+            axis += 1
+        item, stride = extents[axis + 1], self.strides[axis]
+        per_chunk = (budget - item) // stride + 1
+        out_per_item = math.prod(self.counts[axis + 1 :]) * self.run_bytes
+        out_per_block = self.counts[axis] * out_per_item
+        chunks = []
+        bases = self.start + _offsets(self.counts[:axis], self.strides[:axis])
+        for block, base in enumerate(bases.tolist()):
+            for first in range(0, self.counts[axis], per_chunk):
+                taken = min(per_chunk, self.counts[axis] - first)
+                span = (taken - 1) * stride + item
+                chunks.append(
+                    SliceChunk(
+                        np.array([base + first * stride], dtype=np.int64),
+                        span,
+                        (1, taken, *self.counts[axis + 1 :]),
+                        (span, stride, *self.strides[axis + 1 :]),
+                        self.run_bytes,
+                        block * out_per_block + first * out_per_item,
+                        direct=False,
+                    )
+                )
+        return chunks
+
+
+def _offsets(counts: Sequence[int], strides: Sequence[int]) -> npt.NDArray[np.int64]:
+    """Offsets of every point of a grid, in C order (one ``0`` for no axes)."""
+    offsets = np.zeros(1, dtype=np.int64)
+    for count, stride in zip(counts, strides, strict=True):
+        offsets = (offsets[:, None] + stride * np.arange(count, dtype=np.int64)).reshape(-1)
+    return offsets
 
 
 def plan_slice(info: TensorInfo, index: Any) -> SlicePlan:
@@ -91,11 +277,11 @@ def plan_slice(info: TensorInfo, index: Any) -> SlicePlan:
             f"Error during slicing {expr} with shape {list(shape)}: more slicing indexes than "
             "dimensions in tensor"
         )
-    axes = _check_bounds(items, shape, expr)
+    axes = _check_bounds(items, shape, expr, info.dtype_info.bits)
     # Dimensions the expression does not name are taken whole, unchecked (as the reference).
     axes += [_Axis(0, dim, 1, True) for dim in shape[len(axes) :]]
     result_shape = tuple(axis.count for axis in axes if axis.keep)
-    return SlicePlan(result_shape, _runs(axes, shape, info, expr))
+    return _plan(axes, shape, info, result_shape)
 
 
 def _as_items(index: Any) -> list[Any]:
@@ -172,8 +358,10 @@ def _slice_item(raw: slice) -> _Item:
     return _Item(start, stop, step, False, text)
 
 
-def _check_bounds(items: list[_Item], shape: Sequence[int], expr: str) -> list[_Axis]:
-    """Check items against their dimensions, from the last to the first, as the reference."""
+def _check_bounds(items: list[_Item], shape: Sequence[int], expr: str, bits: int) -> list[_Axis]:
+    """Check items against their dimensions, from the last to the first, as the reference: each
+    dimension's bounds, then, for a sub-byte dtype, its byte boundaries."""
+    started = False  # whether the reference holds byte runs yet, for the boundary checks
     for i in reversed(range(len(items))):
         item, dim = items[i], shape[i]
         start = 0 if item.start is None else item.start
@@ -181,6 +369,15 @@ def _check_bounds(items: list[_Item], shape: Sequence[int], expr: str) -> list[_
             raise _out_of_bounds(expr, shape, start, i, dim)
         if not item.is_int and item.stop is not None and item.stop > dim:
             raise _out_of_bounds(expr, shape, item.stop - 1, i, dim)
+        if bits % 8:
+            holds = _check_byte_boundaries(item, dim, math.prod(shape[i + 1 :]) * bits, started)
+            if holds is None:
+                raise SliceError(
+                    f"Error during slicing {expr} with shape {list(shape)}: The slice is slicing "
+                    "for subbytes dtypes, and the slice does not end up at a byte boundary, this "
+                    "is invalid."
+                )
+            started = holds
     axes = []
     for i, (item, dim) in enumerate(zip(items, shape, strict=False)):
         start = 0 if item.start is None else item.start
@@ -197,6 +394,39 @@ def _check_bounds(items: list[_Item], shape: Sequence[int], expr: str) -> list[_
     return axes
 
 
+def _check_byte_boundaries(item: _Item, dim: int, span_bits: int, started: bool) -> bool | None:
+    """One step of the reference's walk over the dimensions, last to first, for a sub-byte
+    dtype: ``None`` when a run of bytes it would make does not start or end on a byte, else
+    whether it holds runs after this dimension (``span_bits``: bits of one index of it).
+
+    The reference's rules, as it applies them: until it holds runs, a dimension taken whole is
+    skipped; a slice with step 1 (or an int) makes one run from its start to its stop, checked at
+    both ends, even when empty; a slice with a larger step makes one run per index it picks,
+    checked at both ends, and none when it picks none. Once it holds runs, each index picked
+    shifts them, checked at its start; a dimension that picks none leaves no runs, and the walk
+    goes on as before the first run. Ruled in O(1), not per index: the picked indexes are
+    ``start + k * step``.
+    """
+    start = 0 if item.start is None else item.start
+    stop = start + 1 if item.is_int else (dim if item.stop is None else item.stop)
+    count = max(0, -(-(stop - start) // item.step))
+    if started:
+        ok = count == 0 or (
+            start * span_bits % 8 == 0 and (count == 1 or item.step * span_bits % 8 == 0)
+        )
+        return count > 0 if ok else None
+    if item.step == 1:
+        if start == 0 and stop == dim:
+            return False
+        ok = start * span_bits % 8 == 0 and stop * span_bits % 8 == 0
+        return True if ok else None
+    # Every picked index n is checked at n * span and (n + 1) * span: all pass exactly when one
+    # index's span is whole bytes.
+    if count and span_bits % 8:
+        return None
+    return count > 0
+
+
 def _out_of_bounds(expr: str, shape: Sequence[int], index: int, i: int, dim: int) -> SliceError:
     return SliceError(
         f"Error during slicing {expr} with shape {list(shape)}: index {index} out of bounds for "
@@ -204,43 +434,139 @@ def _out_of_bounds(expr: str, shape: Sequence[int], index: int, i: int, dim: int
     )
 
 
-def _runs(
-    axes: list[_Axis], shape: Sequence[int], info: TensorInfo, expr: str
-) -> tuple[ByteRange, ...]:
-    """Byte runs of the selection, in C order of the result, adjacent runs merged."""
+def _plan(
+    axes: list[_Axis], shape: Sequence[int], info: TensorInfo, result: tuple[int, ...]
+) -> SlicePlan:
+    """The selection as a grid of runs (in bytes), runs and axes merged."""
     if any(axis.count == 0 for axis in axes):
-        return ()
+        return SlicePlan(result, info.start, (), (), 0)
     bits = info.dtype_info.bits
     strides = [math.prod(shape[i + 1 :]) for i in range(len(shape))]
     # Trailing dimensions selected whole form one contiguous block of elements.
     inner = len(axes)
     while inner > 0 and axes[inner - 1].step == 1 and axes[inner - 1].count == shape[inner - 1]:
         inner -= 1
-    block = math.prod(shape[inner:])
-    offsets = np.zeros(1, dtype=np.int64)
-    run_elements = block
+    run_elements = math.prod(shape[inner:])
+    first = 0  # elements before the first run
+    grid: list[tuple[int, int]] = []  # (count, stride in elements) of each axis that repeats
     for i in range(inner):
         axis = axes[i]
+        first += axis.start * strides[i]
         if i == inner - 1 and axis.step == 1:
             # The innermost partial dimension widens the run instead of repeating it.
-            offsets = offsets + axis.start * strides[i]
-            run_elements = axis.count * block
-        else:
-            picks = axis.start + axis.step * np.arange(axis.count, dtype=np.int64)
-            offsets = (offsets[:, None] + picks[None, :] * strides[i]).reshape(-1)
-    start_bits = offsets * bits
-    length_bits = run_elements * bits
-    if length_bits % 8 or np.any(start_bits % 8):
-        raise SliceError(
-            f"Error during slicing {expr} with shape {list(shape)}: The slice is slicing for "
-            "subbytes dtypes, and the slice does not end up at a byte boundary, this is invalid."
-        )
-    starts = info.start + start_bits // 8
-    length = length_bits // 8
-    # Merge runs that touch: a new run begins where a start is not the previous run's end.
-    breaks = np.flatnonzero(starts[1:] != starts[:-1] + length) + 1
-    run_starts = starts[np.concatenate(([0], breaks))]
-    run_ends = starts[np.concatenate((breaks - 1, [starts.size - 1]))] + length
-    return tuple(
-        ByteRange(a, b) for a, b in zip(run_starts.tolist(), run_ends.tolist(), strict=True)
+            run_elements *= axis.count
+        elif axis.count > 1:
+            grid.append((axis.count, axis.step * strides[i]))
+    # A sub-byte selection passed the reference's boundary checks: every index it picks starts
+    # on a byte, and so do the first run, each run's end and each step between runs.
+    counts, steps, run_bytes = _merged(
+        [(c, s * bits // 8) for c, s in grid], run_elements * bits // 8
     )
+    return SlicePlan(result, info.start + first * bits // 8, counts, steps, run_bytes)
+
+
+def _merged(
+    grid: list[tuple[int, int]], run_bytes: int
+) -> tuple[tuple[int, ...], tuple[int, ...], int]:
+    """Runs that touch merged into one run, and an axis that steps over a whole inner axis
+    merged with it, from the innermost axis out: ``(counts, strides, run_bytes)``."""
+    kept: list[tuple[int, int]] = []  # innermost first
+    for count, stride in reversed(grid):
+        if not kept and stride == run_bytes:
+            run_bytes *= count
+        elif kept and stride == kept[-1][0] * kept[-1][1]:
+            kept[-1] = (kept[-1][0] * count, kept[-1][1])
+        else:
+            kept.append((count, stride))
+    kept.reverse()
+    return tuple(c for c, _ in kept), tuple(s for _, s in kept), run_bytes
+
+
+# --- numpy's rules, for tensors read whole rows at a time (quantized GGUF) ---------------------
+
+
+@dataclass(frozen=True, slots=True)
+class RowSelection:
+    """What a numpy index needs of a tensor's first dimension.
+
+    Attributes:
+        shape: the result's shape.
+        rows: the indexes of the first dimension that the index reads, distinct and ascending;
+            ``None`` when it reads all of them (an ellipsis or no item covers that dimension);
+            none when the result is empty.
+        key: the index to apply to an array of only those rows, in that order: it gives what
+            the original index gives on the whole tensor (``None`` items, boolean arrays,
+            integer arrays, negative steps and the placement of advanced-index dimensions
+            included); ``()`` when the result is empty (nothing to read).
+    """
+
+    shape: tuple[int, ...]
+    rows: npt.NDArray[np.intp] | None
+    key: tuple[Any, ...]
+
+
+def numpy_rows(index: Any, shape: tuple[int, ...]) -> RowSelection:
+    """The rows of a tensor of ``shape`` that ``index`` reads with numpy's indexing rules, and
+    the index remapped to those rows (see :class:`RowSelection`). Pure; no array of the
+    tensor's size is made.
+
+    Raises:
+        SliceError: numpy rejects the index for this shape (its message).
+    """
+    key = index if isinstance(index, tuple) else (index,)
+    try:
+        # numpy's own checks (bounds, boolean shapes, too many indices, ...) on an array of the
+        # shape that holds one byte: free for basic indexing, one byte per result element else.
+        result_shape = np.shape(np.broadcast_to(np.zeros((), np.int8), shape)[key])
+    except IndexError as exc:
+        raise SliceError(f"{exc} (shape {list(shape)})") from None
+    if math.prod(result_shape) == 0:
+        # Nothing to read; numpy checks no bounds then either ([False, [9]] of a 2 x 3 array).
+        return RowSelection(result_shape, np.empty(0, np.intp), ())
+    # A boolean array indexes as its nonzero() tuple in its place (numpy's documented rule),
+    # after which every item but None, an ellipsis and a boolean scalar indexes one dimension.
+    key = tuple(_nonzero_items(key))
+    at = _first_dimension_item(key, len(shape))
+    if at is None:
+        return RowSelection(result_shape, None, key)
+    item = key[at]
+    picked = np.arange(shape[0])[item]
+    new: Any
+    if isinstance(item, slice):
+        forward = item.indices(shape[0])[2] > 0
+        rows = picked if forward else picked[::-1]
+        # Kept a slice: an integer array here would change where numpy puts advanced-index
+        # dimensions ([1:3, [0, 1]] is 2 x 2, [[1, 2], [0, 1]] is 2).
+        new = slice(None) if forward else slice(None, None, -1)
+    else:
+        rows = np.unique(picked)
+        new = np.searchsorted(rows, picked)  # a scalar stays a scalar, an array keeps its shape
+    return RowSelection(result_shape, rows, (*key[:at], new, *key[at + 1 :]))
+
+
+def _nonzero_items(key: tuple[Any, ...]) -> Iterator[Any]:
+    for item in key:
+        if isinstance(item, (list, tuple, np.ndarray)):
+            array = np.asarray(item)
+            if array.dtype == np.bool_ and array.ndim:
+                yield from array.nonzero()
+                continue
+        yield item
+
+
+def _takes_no_dimension(item: Any) -> bool:
+    """None and boolean scalars add a dimension, an ellipsis stands for the ones left over."""
+    if item is None or item is Ellipsis or isinstance(item, (bool, np.bool_)):
+        return True
+    return isinstance(item, np.ndarray) and item.ndim == 0 and item.dtype == np.bool_
+
+
+def _first_dimension_item(key: tuple[Any, ...], ndim: int) -> int | None:
+    """Where in ``key`` (boolean arrays expanded) the item indexing dimension 0 is; ``None``
+    when no item does."""
+    indexing = [i for i, item in enumerate(key) if not _takes_no_dimension(item)]
+    ellipsis = next((i for i, item in enumerate(key) if item is Ellipsis), None)
+    covers_first = ellipsis is not None and (not indexing or ellipsis < indexing[0])
+    if not indexing or (covers_first and ndim > len(indexing)):
+        return None
+    return indexing[0]

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .stats import as_float
+from .stats import as_numbers
 from .tree import natural_sorted
 
 if TYPE_CHECKING:
@@ -118,19 +118,21 @@ class Comparison:
 
 
 def value_difference(name: str, a: Any, b: Any) -> ValueDifference:
-    """Relative difference, cosine similarity and largest absolute difference of two arrays.
+    """Relative difference, cosine similarity and largest absolute difference of two arrays
+    (complex ones compared as complex numbers: the cosine is the real part of their inner
+    product over their norms).
 
     Raises:
         ValueError: the shapes differ.
     """
-    x, y = as_float(a), as_float(b)
+    x, y = as_numbers(a), as_numbers(b)
     if x.shape != y.shape:
         raise ValueError(f"{name}: shapes differ: {list(x.shape)} and {list(y.shape)}")
     x, y = x.reshape(-1), y.reshape(-1)
     diff = float(np.linalg.norm(x - y))
     norm_x, norm_y = float(np.linalg.norm(x)), float(np.linalg.norm(y))
     relative = diff / norm_y if norm_y else (0.0 if diff == 0 else float("inf"))
-    cosine = float(x @ y / (norm_x * norm_y)) if norm_x and norm_y else float("nan")
+    cosine = float(np.vdot(y, x).real / (norm_x * norm_y)) if norm_x and norm_y else float("nan")
     max_abs = float(np.abs(x - y).max()) if x.size else 0.0
     return ValueDifference(name, relative, cosine, max_abs)
 

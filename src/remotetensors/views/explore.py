@@ -7,11 +7,14 @@ The views are built from what the headers say; only :meth:`TensorView.stats`,
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
 from html import escape
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..dtypes import DTYPES
 from .display import human_bytes, tree_html, tree_text
 from .stats import Heatmap, TensorStats, as_float, tensor_stats
 from .tree import Tree, build_tree
@@ -23,10 +26,11 @@ if TYPE_CHECKING:
     from ..quantization import LogicalTensor
 
 DEFAULT_STATS_BYTES = 64 * 1024 * 1024
-"""Tensors larger than this are summarised from a sample of rows (see :meth:`TensorView.stats`)."""
+"""Tensors larger than this are summarised from a sample (see :meth:`TensorView.stats`)."""
 
 SAMPLE_BLOCKS = 8
-"""Row blocks a sample is made of, spread evenly over the tensor (one range request each)."""
+"""Runs of consecutive values a sample is made of, spread evenly over the tensor (one range
+request each)."""
 
 _BOX = "font-family:system-ui,sans-serif;font-size:13px;line-height:1.45;color:inherit"
 _TD = "padding:1px 12px 1px 4px;border-bottom:1px solid rgba(127,127,127,0.2)"
@@ -137,21 +141,76 @@ def tensor_card_text(info: TensorInfo, logical: LogicalTensor | None = None) -> 
     return "\n".join([info.name, *(f"  {k:<11} {v}" for k, v in rows)])
 
 
-def sample_blocks(rows: int, row_bytes: int, max_bytes: int) -> list[tuple[int, int]]:
-    """Row ranges ``[(start, stop), ...]`` spread evenly over ``rows`` rows, about
-    ``max_bytes`` in all (at least one row per block)."""
-    wanted_rows = max(1, max_bytes // max(1, row_bytes))
-    if wanted_rows >= rows:
-        return [(0, rows)]
-    blocks = min(SAMPLE_BLOCKS, wanted_rows)
-    per_block = max(1, wanted_rows // blocks)
-    starts = [round(i * (rows - per_block) / max(1, blocks - 1)) for i in range(blocks)]
-    result: list[tuple[int, int]] = []
-    for start in starts:
-        if result and start < result[-1][1]:
-            continue
-        result.append((start, start + per_block))
-    return result
+@dataclass(frozen=True, slots=True)
+class Sample:
+    """Where a sample of a tensor's values comes from: runs of consecutive values (in C order)
+    spread evenly over the tensor.
+
+    Attributes:
+        keys: one ``get_slice`` key per run: ints for the leading dimensions, then a slice of
+            one dimension (``[i, a:b]``), so each run is one byte range of the file, whole
+            elements and, for sub-byte dtypes, whole bytes (the reference's boundary rules).
+        values: values in all the runs.
+        run_values: values in one run.
+    """
+
+    keys: tuple[tuple[Any, ...], ...]
+    values: int
+    run_values: int
+
+    def describe(self, total: int) -> str:
+        """How the view states the sample (``total``: the tensor's values)."""
+        return (
+            f"sample: {self.values:,} of {total:,} values, in {len(self.keys)} runs of "
+            f"{self.run_values:,} spread over the tensor ({self.values / total:.1%} of it)"
+        )
+
+
+def sample_runs(shape: tuple[int, ...], bits: int, max_bytes: int) -> Sample | None:
+    """About ``max_bytes`` of a tensor's values in :data:`SAMPLE_BLOCKS` runs spread evenly over
+    it; ``None`` when the whole tensor is no larger (read it whole). Pure.
+
+    A run lies inside the outermost dimension whose one index fits a run's share of the budget
+    (rows of a matrix, rows of one expert of a 3-D stack), so no run is a whole first-axis row
+    of a large tensor. Runs hold whole elements and, for sub-byte dtypes (F4, F6), start and end
+    on bytes in every dimension, so that they can be read. A run of the fewest elements that
+    end on a byte may exceed its share when the budget is smaller than that.
+
+    Args:
+        shape: the tensor's shape.
+        bits: bits per element in the file.
+        max_bytes: the budget, in bytes of the file (positive).
+    """
+    total = math.prod(shape)
+    if not shape or total * bits <= max_bytes * 8:
+        return None
+    share = max(1, max_bytes * 8 // SAMPLE_BLOCKS)  # bits for one run
+    strides = [math.prod(shape[k + 1 :]) for k in range(len(shape))]
+    axis = next(k for k in range(len(shape)) if strides[k] * bits <= share or k == len(shape) - 1)
+    # An index of a dimension starts on a byte only at multiples of this step.
+    steps = [8 // math.gcd(stride * bits, 8) for stride in strides]
+    while axis > 0 and steps[axis] > shape[axis]:
+        axis -= 1  # no run of whole bytes fits inside this dimension: take the outer one
+    run = share // (strides[axis] * bits) // steps[axis] * steps[axis]
+    run = min(max(run, steps[axis]), shape[axis] - shape[axis] % steps[axis])
+    if run <= 0:
+        return None  # a tensor of a fraction of a byte in all: no file holds one
+    units = math.prod(shape[: axis + 1])  # indexes of the run's dimension, over every lead
+    count = max(1, min(SAMPLE_BLOCKS, units // run))
+    keys: list[tuple[Any, ...]] = []
+    end = 0  # element after the last run taken: runs stay in order and apart
+    for j in range(count):
+        at = round(j * (units - run) / max(1, count - 1))
+        lead, start = divmod(at, shape[axis])
+        start = min(start, shape[axis] - run) // steps[axis] * steps[axis]
+        leads = np.unravel_index(lead, shape[:axis]) if axis else ()
+        ints = tuple(int(i) // steps[k] * steps[k] for k, i in enumerate(leads))
+        first = sum(i * strides[k] for k, i in enumerate(ints)) + start * strides[axis]
+        if keys and first < end:
+            continue  # rounded onto the run before it
+        keys.append((*ints, slice(start, start + run)))
+        end = first + run * strides[axis]
+    return Sample(tuple(keys), len(keys) * run * strides[axis], run * strides[axis])
 
 
 class TensorView:
@@ -195,7 +254,8 @@ class TensorView:
 
         Args:
             max_bytes: a tensor larger than this is summarised from about this many bytes of
-                rows, in :data:`SAMPLE_BLOCKS` blocks spread over it; the result says so.
+                it, in :data:`SAMPLE_BLOCKS` runs of consecutive values spread over it (see
+                :func:`sample_runs`); the result says so.
             bins: histogram bins.
 
         Raises:
@@ -205,21 +265,14 @@ class TensorView:
         if max_bytes <= 0:
             raise ValueError(f"max_bytes must be positive, got {max_bytes}")
         info = self.info
+        runs = sample_runs(info.shape, _bits(info), max_bytes)
         sample = None
-        if info.nbytes <= max_bytes or len(info.shape) == 0:
+        if runs is None:
             values = self.get()
         else:
-            rows = info.shape[0]
-            blocks = sample_blocks(rows, info.nbytes // max(1, rows), max_bytes)
-            parts = self._model._fetch_rows(self.name, blocks)
-            import numpy as np
-
-            values = np.concatenate([as_float(p).reshape(-1) for p in parts])
-            taken = sum(b - a for a, b in blocks)
-            sample = (
-                f"sample: {taken:,} of {rows:,} rows in {len(blocks)} blocks, "
-                f"{taken / rows:.1%} of the tensor"
-            )
+            parts = self._model._fetch_slices(self.name, list(runs.keys))
+            values = np.concatenate([np.asarray(p).reshape(-1) for p in parts])
+            sample = runs.describe(info.num_elements)
         return tensor_stats(
             info.name, info.dtype, info.shape, values, sample=sample, bins=bins, note=self._note()
         )
@@ -266,6 +319,15 @@ def _within(index: slice, size: int) -> slice:
     if step > 0:
         stop = max(stop, start)  # an empty range stays empty, and in bounds
     return slice(start, stop, None if step == 1 else step)
+
+
+def _bits(info: TensorInfo) -> int:
+    """Bits per element in the file; a GGML block type's average (its blocks are read whole by
+    rows, and only the budget depends on it)."""
+    known = DTYPES.get(info.dtype)
+    if known is not None:
+        return known.bits
+    return max(1, info.nbytes * 8 // max(1, info.num_elements))
 
 
 def _slice_text(index: Any) -> str:

@@ -26,11 +26,29 @@ _TD = "padding:1px 12px 1px 4px;border-bottom:1px solid rgba(127,127,127,0.2)"
 _MUTED = "opacity:0.72"
 
 
+COMPLEX_NOTE = "complex values: statistics of their magnitude |z|"
+"""What a summary of a complex tensor (C64) says it is of."""
+
+
 def as_float(array: Any) -> npt.NDArray[np.float64]:
-    """Values as float64 (BF16, F8 and F4 arrays from ml_dtypes included); bools as 0/1."""
+    """Values as float64 (BF16, F8 and F4 arrays from ml_dtypes included); bools as 0/1;
+    complex values as their magnitude ``|z|`` (a real number that keeps both parts' size,
+    where a cast would drop the imaginary part)."""
+    values = as_numbers(array)
+    if np.iscomplexobj(values):
+        magnitude: npt.NDArray[np.float64] = np.abs(values)
+        return magnitude
+    return values.astype(np.float64, copy=False)  # float64 already: no copy
+
+
+def as_numbers(array: Any) -> npt.NDArray[np.float64] | npt.NDArray[np.complex128]:
+    """Values as float64, or complex128 for complex ones (BF16, F8 and F4 from ml_dtypes
+    included); bools as 0/1."""
     values = np.asarray(array)
     if values.dtype == np.bool_:
         values = values.astype(np.uint8)
+    if np.iscomplexobj(values):
+        return values.astype(np.complex128, copy=False)
     return values.astype(np.float64, copy=False)
 
 
@@ -154,11 +172,14 @@ def tensor_stats(
     bins: int = 64,
     note: str | None = None,
 ) -> TensorStats:
-    """Statistics of ``values`` (the whole tensor, or the sample that ``sample`` describes).
+    """Statistics of ``values`` (the whole tensor, or the sample that ``sample`` describes);
+    of their magnitude for complex values, as the result's note says.
 
     Args:
         bins: histogram bins over the finite values' range.
     """
+    if np.iscomplexobj(values):
+        note = COMPLEX_NOTE if note is None else f"{note}; {COMPLEX_NOTE}"
     data = as_float(values).reshape(-1)
     finite_mask = np.isfinite(data)
     finite = data[finite_mask]
