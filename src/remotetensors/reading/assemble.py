@@ -7,7 +7,6 @@ copy. Only sub-byte dtypes (F4, F6) need a second step, unpacking values into on
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -16,7 +15,6 @@ if TYPE_CHECKING:
     import numpy.typing as npt  # numpy.typing costs ~10 ms to import; annotations only
 
 from ..dtypes import DType, unpack
-from ..ranges import ByteRange
 
 
 class OutputArray:
@@ -47,15 +45,3 @@ class OutputArray:
         if self.dtype.packed:
             return unpack(self._storage, self.dtype, self.num_elements).reshape(self.shape)
         return self._storage.view(self.dtype.numpy).reshape(self.shape)
-
-
-def fill_from_file_bytes(
-    out: OutputArray, runs: Iterable[ByteRange], file_bytes: bytes | memoryview
-) -> None:
-    """Copy ``runs`` of an in-memory file into ``out`` in order (for tests and local use)."""
-    offset = 0
-    for run in runs:
-        out.buffer[offset : offset + run.length] = file_bytes[run.start : run.end]
-        offset += run.length
-    if offset != out.nbytes:
-        raise ValueError(f"runs hold {offset} bytes but the array needs {out.nbytes}")
