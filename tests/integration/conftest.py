@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from remotetensors.sources.hub import api as hub_api
 from tests.hub_standin import HubStandIn
 from tests.rawservers import RawServer, Reply, Request
 from tests.servers import FaultyServer, Log, static_server
@@ -57,6 +58,9 @@ def s3_env(moto_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> str:
 @pytest.fixture
 def hub() -> Iterator[HubStandIn]:
     server = HubStandIn()
+    # What this process learnt of an earlier stand-in on the same port (the OS hands freed
+    # ports out again) is not true of this one: whether it has the one-call metadata route.
+    hub_api._support.pop(server.endpoint, None)
     try:
         yield server
     finally:
