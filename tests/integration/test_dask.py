@@ -197,6 +197,7 @@ def test_worker_killed_mid_read_is_retried_and_exact(client: Any, faulty: Faulty
     while not stalled.ended:  # let the server's handler end before the server stops
         assert time.monotonic() < ends, "the stalled handler never ended"
         time.sleep(0.05)
+    client.wait_for_workers(2, timeout=60)  # the nanny's new worker, for the tests after this
 
 
 def test_sub_byte_chunks_start_on_byte_boundaries(client: Any, faulty: FaultyServer) -> None:
@@ -257,6 +258,7 @@ def test_a_scan_runs_as_a_dask_bag_within_each_workers_rate_limit(
     # The workers were started before this test: give them the stand-in's endpoint.
     # (A lambda travels by value and runs against the worker's own os.environ.)
     endpoint = hub.endpoint
+    client.wait_for_workers(2, timeout=60)  # every worker there to be told
     client.run(lambda: os.environ.__setitem__("HF_ENDPOINT", endpoint))
     try:
         bag = scan_bag(expected, partition_size=10, concurrency=4, options=NO_CONFIGS)
