@@ -9,11 +9,12 @@ Each connection runs on a thread of its own; :meth:`RawServer.stop` closes every
 from __future__ import annotations
 
 import contextlib
+import itertools
 import re
 import select
 import socket
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 Reply = bytes | Callable[[socket.socket], bool]
@@ -238,3 +239,28 @@ def trickle(
         return True
 
     return write
+
+
+def chunked(
+    body: bytes,
+    sizes: Sequence[int] = (1, 3, 100, 4096, 65543),
+    *,
+    extensions: Sequence[bytes] = (b"",),
+    trailer: bytes = b"",
+    end: bool = True,
+) -> bytes:
+    """``body`` in chunked transfer coding (RFC 9112 7.1): chunks of ``sizes`` bytes (cycled),
+    the i-th with ``extensions[i % len(extensions)]`` after its size; then, when ``end``, the
+    last chunk, ``trailer`` (field lines, each ending in CRLF) and the blank line."""
+    out = bytearray()
+    offset = 0
+    for number, size in enumerate(itertools.cycle(sizes)):
+        if offset >= len(body):
+            break
+        piece = body[offset : offset + size]
+        extension = extensions[number % len(extensions)]
+        out += f"{len(piece):x}".encode() + extension + b"\r\n" + piece + b"\r\n"
+        offset += size
+    if end:
+        out += b"0\r\n" + trailer + b"\r\n"
+    return bytes(out)

@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 
 import remotetensors as rt
+from remotetensors.sources.http.framing import Body
 from remotetensors.sources.http.source import HttpSource
 from remotetensors.sources.hub.repo import HubPath, HubRepo
 from tests.hub_standin import LFS_THRESHOLD, HubStandIn
@@ -223,9 +224,9 @@ def test_a_large_body_is_received_in_a_worker_thread_and_its_connection_kept(
     seen: list[tuple[str, int]] = []  # (thread name, body bytes left when handed over)
     real = rawhttp._receive
 
-    def spy(sock: Any, target: memoryview, received: int, *rest: Any) -> tuple[int, bool]:
-        seen.append((threading.current_thread().name, len(target) - received))
-        return real(sock, target, received, *rest)
+    def spy(sock: Any, body: Body, *rest: Any) -> None:
+        seen.append((threading.current_thread().name, len(body.target) - body.received))
+        real(sock, body, *rest)
 
     monkeypatch.setattr(rawhttp, "_receive", spy)
     rng = np.random.default_rng(5)

@@ -60,6 +60,16 @@ def test_a_200_is_whole_when_small_and_asked_first_else_refused() -> None:
         answer(200, ("Content-Length", "50"), ("Content-Encoding", "gzip"), asked=LATER)
 
 
+def test_a_200_whose_length_a_transfer_coding_overrides_is_never_whole() -> None:
+    # Its Content-Length says nothing of the body (RFC 9112 6.3): no buffer can be sized for it.
+    chunked = ("Transfer-Encoding", "chunked")
+    for length in ("50", "0"):
+        with pytest.raises(rt.RangeNotSupportedError):
+            answer(200, ("Content-Length", length), chunked)
+    with pytest.raises(rt.RangeNotSupportedError):
+        answer(200, chunked)
+
+
 def test_empty_files_redirects_and_retries() -> None:
     assert answer(416, ("Content-Range", "bytes */0")) == Empty(body=False)
     assert isinstance(answer(416, ("Content-Range", "bytes */7")), Failed)

@@ -40,7 +40,7 @@ from ...errors import (
     TransportError,
 )
 from ...redact import redact_url
-from .head import ResponseHeaders
+from .head import ResponseHeaders, announced_length
 from .pin import VersionPin
 from .policy import RETRY_STATUSES, retry_after
 from .transport import Head
@@ -234,15 +234,16 @@ def _partial(headers: ResponseHeaders, asked: Asked, pin: VersionPin, shown: str
 
 
 def _whole(headers: ResponseHeaders, asked: Asked, terms: Terms) -> Empty | Whole:
-    """A 200 to a ranged GET: the server ignored Range. Never read a large body."""
+    """A 200 to a ranged GET: the server ignored Range. Never read a large body, nor one whose
+    length the head does not announce (chunked, or until the connection closes)."""
     _check_identity(headers, terms.shown)
-    declared = headers.get("Content-Length")
-    if asked.first and asked.start == 0 and declared == "0":
+    length = announced_length(headers)
+    if asked.first and asked.start == 0 and length == 0:
         return Empty(body=True)  # some servers (nginx) answer an empty file so, not with 416
     limit = terms.options.accept_whole_body_below_bytes
-    if asked.first and declared is not None and declared.isdigit() and int(declared) < limit:
-        return Whole(int(declared))
-    raise range_ignored(declared, asked.start, asked.end, terms.shown)
+    if asked.first and length is not None and length < limit:
+        return Whole(length)
+    raise range_ignored(headers.get("Content-Length"), asked.start, asked.end, terms.shown)
 
 
 def _empty(headers: ResponseHeaders, shown: str) -> Empty | Failed:

@@ -10,18 +10,25 @@ h11's rules (the parser under httpx), so both paths accept and refuse the same h
 fraction of h11's CPU; a head that breaks them is ``RawProtocolError``. Beyond those rules:
 
 - 1xx interim answers (``100 Continue``, ``103 Early Hints``) are skipped; ``101`` is refused;
-- the body is read only when the caller, shown the status and headers, names a buffer for it,
-  and the response has no ``Transfer-Encoding`` and a ``Content-Length`` equal to that buffer's
-  length; any other answer makes the connection close without its body being read, and the
-  caller decides;
-- bytes beyond the announced body, or bytes that arrive when no request is outstanding, make
-  the connection unusable;
+- the body is read only when the caller, shown the status and headers, names a buffer for it;
+  its framing is any of HTTP/1.1's (:mod:`.framing`): a ``Content-Length`` equal to the
+  buffer's length, chunked transfer coding (extensions and trailers read past), or the bytes
+  until the server closes the connection. Any other answer makes the connection close without
+  its body being read, and the caller decides;
+- a body that ends short of its buffer (a cut, a last chunk too soon) is an error that says how
+  many bytes came (:class:`RawConnectionError`); one longer than its buffer is
+  :class:`RawBodyTooLongError`; a malformed chunk is a cut, after the chunks that ended well
+  (as httpx, whose h11 raises the same error for both, has it);
+- bytes beyond a ``Content-Length`` body, or bytes that arrive when no request is outstanding,
+  make the connection unusable;
 - a connection is kept for reuse only after a complete, accepted body, from an HTTP/1.1 answer
-  without a ``close`` token in ``Connection`` (HTTP/1.0 needs ``keep-alive``); after any error,
-  timeout or refused answer it is closed.
+  without a ``close`` token in ``Connection`` (HTTP/1.0 needs ``keep-alive``), whose end was not
+  the connection's close; after any error, timeout or refused answer it is closed.
 
-The ``Host`` header is the URL's authority without userinfo, so IPv6 literals keep their
-brackets (``Host: [::1]:8080``).
+The request target and the ``Host`` header are the URL as httpx sends it (:func:`_address`):
+spaces and non-ASCII characters percent-encoded once (a ``%20`` stays), dot segments removed,
+the authority without userinfo (IPv6 literals keep their brackets: ``Host: [::1]:8080``) nor a
+default port.
 
 A body of at least :data:`THREAD_BODY_BYTES` over plain TCP is received in a worker thread: the
 transport stops reading, the thread receives into the destination from the same connection
@@ -32,7 +39,9 @@ cores as there are bodies in flight, where the loop's thread did them all one af
 to 1.03 of ``curl --parallel``, one 512 MiB tensor from 0.89 to 1.05 of curl; see
 ``benchmarks/results/2026-11-23-round5.md``). Everything else is unchanged: the watchdog sees
 the thread's bytes, and an error, a timeout or a cancellation shuts the socket down, which ends
-the thread's wait at once. TLS bodies stay in the loop (the transport decrypts them).
+the thread's wait at once. A thread reads every framing as the loop does (the same
+:class:`~.framing.Body` says where its bytes go). TLS bodies stay in the loop (the transport
+decrypts them).
 """
 
 from __future__ import annotations
@@ -49,16 +58,17 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import cast
-from urllib.parse import urlsplit
+
+import httpx
 
 from ...status import activity, bytes_listener
+from .framing import Body, BodyOverrun, FramingError, LengthBody, body_for
 from .head import Fields, HeadError, parse_response_head, request_head
 from .selfcancel import withdraw_own_cancel
 from .tls import shared_ssl_context
 from .transport import Meter
 
 _SCRATCH_BYTES = 64 * 1024
-_NOWHERE = memoryview(bytearray())
 
 THREAD_BODY_BYTES = 4 * 1024 * 1024
 """Bodies at least this long (after the bytes that came with the head) over plain TCP are
@@ -105,6 +115,14 @@ class RawProtocolError(RawConnectionError):
     """The response head broke HTTP/1.1 syntax; nothing of it was used."""
 
 
+class RawBodyTooLongError(RawProtocolError):
+    """The body ran past the ``length`` bytes of the buffer named for it."""
+
+    def __init__(self, length: int) -> None:
+        super().__init__(f"the body is longer than the {length} bytes expected")
+        self.length = length
+
+
 class RawTimeoutError(TimeoutError):
     """No bytes arrived for the read timeout; ``received`` body bytes had been written."""
 
@@ -130,9 +148,9 @@ class _Protocol(asyncio.BufferedProtocol):
     answer is refused and the connection closed unread), or with the error that ended it.
 
     Args:
-        scratch: where head bytes land before they are copied out; shared by the connections
-            of one client (one loop), since the loop fills it and calls :meth:`buffer_updated`
-            at once, before it reads any other socket.
+        scratch: where head bytes (and a chunked body's framing) land before they are read;
+            shared by the connections of one client (one loop), since the loop fills it and
+            calls :meth:`buffer_updated` at once, before it reads any other socket.
         plain: the connection is plain TCP (no TLS): large bodies may go to a thread.
         idle_seconds: a body thread gives up after this long without a byte.
     """
@@ -140,13 +158,11 @@ class _Protocol(asyncio.BufferedProtocol):
     def __init__(self, scratch: bytearray, *, plain: bool, idle_seconds: float) -> None:
         self.transport: asyncio.Transport | None = None
         self.closed = False
-        self._scratch = scratch
+        self._scratch = memoryview(scratch)
         self._head = bytearray()
         self.meter: Meter | None = None
         self._mode = "idle"
-        self._target = _NOWHERE
-        self._expected = 0
-        self.received = 0
+        self._body: Body | None = None
         self.progress = 0  # bytes seen in total, for the read-timeout watchdog
         self._accept: Accept | None = None
         self._answer: tuple[int, Fields] | None = None
@@ -160,6 +176,15 @@ class _Protocol(asyncio.BufferedProtocol):
         self._body_socket: socket.socket | None = None  # a duplicate, while a thread reads
         self._stop_thread = threading.Event()
 
+    @property
+    def received(self) -> int:
+        """Body bytes written into the current request's buffer (by a body thread too)."""
+        return 0 if self._body is None else self._body.received
+
+    @property
+    def _expected(self) -> int:
+        return 0 if self._body is None else len(self._body.target)
+
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # Not an isinstance check: uvloop's TCP transport has every method of
         # asyncio.Transport without deriving from it.
@@ -169,9 +194,7 @@ class _Protocol(asyncio.BufferedProtocol):
         self.meter = meter
         self._mode = "head"
         self._head.clear()
-        self._target = _NOWHERE
-        self._expected = 0
-        self.received = 0
+        self._body = None
         self._accept = accept
         self._answer = None
         self.done = asyncio.get_running_loop().create_future()
@@ -179,8 +202,9 @@ class _Protocol(asyncio.BufferedProtocol):
 
     def get_buffer(self, sizehint: int) -> memoryview:
         if self._mode == "body":
-            return self._target[self.received :]
-        return memoryview(self._scratch)
+            assert self._body is not None
+            return self._body.buffer(self._scratch)
+        return self._scratch
 
     def buffer_updated(self, nbytes: int) -> None:
         self.progress += nbytes
@@ -188,12 +212,18 @@ class _Protocol(asyncio.BufferedProtocol):
             self.meter.bytes += nbytes
         activity()  # bytes are flowing: no "waiting" status while a long part downloads
         if self._mode == "body":
-            self.received += nbytes
-            if self.on_body_bytes is not None:
-                self.on_body_bytes(nbytes)
-            self._finish_if_complete()
+            assert self._body is not None
+            before = self._body.received
+            try:
+                self._body.updated(nbytes)
+            except (FramingError, BodyOverrun) as exc:
+                self._fail(self._failure(exc))
+                return
+            if self.on_body_bytes is not None and self._body.received > before:
+                self.on_body_bytes(self._body.received - before)
+            self._finish_if_done()
         elif self._mode == "head":
-            self._head += memoryview(self._scratch)[:nbytes]
+            self._head += self._scratch[:nbytes]
             self._parse_head()
         else:  # bytes nobody asked for: the connection cannot be trusted any more
             self._close()
@@ -215,7 +245,7 @@ class _Protocol(asyncio.BufferedProtocol):
         status = head.status
         headers = Fields(head.fields)
         self._answer = (status, headers)
-        leftover = bytes(self._head)
+        leftover = memoryview(bytes(self._head))
         self._head.clear()
         tokens = {
             token.strip().lower()
@@ -226,37 +256,44 @@ class _Protocol(asyncio.BufferedProtocol):
             self.keep_alive = "close" not in tokens
         else:
             self.keep_alive = "keep-alive" in tokens and "close" not in tokens
-        length = headers.get("Content-Length", "")
         assert self._accept is not None
         target = self._accept(status, headers)
-        if (
-            target is None
-            or "Transfer-Encoding" in headers
-            or not length.isdigit()
-            or int(length) != len(target)
-        ):
+        body = None if target is None else body_for(headers, target)
+        if body is None:
             # Leave the body unread: closing the connection is what stops the download.
             self._mode = "idle"
             self._resolve(RawResponse(status, headers, 0, False))
             self._close()
             return
-        if len(leftover) > len(target):
+        if isinstance(body, LengthBody) and len(leftover) > len(body.target):
             self._fail(RawProtocolError("the body is longer than its Content-Length"))
             return
-        self._target = target
-        self._expected = len(target)
-        target[: len(leftover)] = leftover
-        self.received = len(leftover)
+        self._body = body
         self._mode = "body"
+        try:
+            body.feed(leftover)
+        except (FramingError, BodyOverrun) as exc:
+            self._fail(self._failure(exc))
+            return
         if self._expected - self.received >= THREAD_BODY_BYTES and self._receive_in_thread():
             return
-        self._finish_if_complete()
+        self._finish_if_done()
+
+    def _failure(self, exc: FramingError | BodyOverrun) -> RawConnectionError:
+        """The error for a body that broke its framing or ran past its buffer."""
+        if isinstance(exc, BodyOverrun):
+            return RawBodyTooLongError(exc.length)
+        # A cut, as httpx has it: the bytes of the chunks that ended well are kept.
+        return RawConnectionError(
+            f"malformed chunked body after {self.received} of {self._expected} body bytes: {exc}",
+            self.received,
+        )
 
     def _receive_in_thread(self) -> bool:
         """Hand the rest of the body to a worker thread; False (the loop reads it) over TLS or
         where the connection's socket cannot be had."""
-        transport = self.transport
-        if transport is None or not self._plain:
+        transport, body = self.transport, self._body
+        if transport is None or body is None or not self._plain:
             return False
         raw = transport.get_extra_info("socket")
         if raw is None:
@@ -273,8 +310,7 @@ class _Protocol(asyncio.BufferedProtocol):
                 _body_threads(),
                 _receive,
                 self._body_socket,
-                self._target,
-                self.received,
+                body,
                 self._moved,
                 functools.partial(self._counted, loop),
                 self._stop_thread,
@@ -304,33 +340,46 @@ class _Protocol(asyncio.BufferedProtocol):
         if self.on_body_bytes is not None:
             self.on_body_bytes(nbytes)
 
-    def _body_received(self, job: asyncio.Future[tuple[int, bool]]) -> None:
+    def _body_received(self, job: asyncio.Future[None]) -> None:
         """In the loop, when the body thread ends (complete, failed or stopped)."""
         self._body_socket = None  # closed by the thread
-        if job.cancelled() or job.exception() is not None:
-            received, complete = self.received, False
-        else:
-            received, complete = job.result()
-        self.received = received
         if self._mode != "body":  # abandoned, timed out or failed meanwhile: already closing
             return
-        if complete:
-            assert self.transport is not None
+        assert self._body is not None
+        assert self.transport is not None
+        error = None if job.cancelled() else job.exception()
+        if isinstance(error, FramingError | BodyOverrun):
+            self._fail(self._failure(error))
+        elif error is None and self._body.done:
             self.transport.resume_reading()  # bytes beyond the body now close the connection
-            self._finish_if_complete()
+            self._finish_if_done()
         else:
             self._fail(
                 RawConnectionError(
-                    f"connection closed after {received} of {self._expected} body bytes", received
+                    f"connection closed after {self.received} of {self._expected} body bytes",
+                    self.received,
                 )
             )
 
-    def _finish_if_complete(self) -> None:
-        if self.received == self._expected:
-            self._mode = "idle"
-            assert self._answer is not None
-            status, headers = self._answer
-            self._resolve(RawResponse(status, headers, self.received, True))
+    def _finish_if_done(self) -> None:
+        """Once the body's framing has ended: the answer if every byte came, else a cut."""
+        body = self._body
+        assert body is not None
+        if not body.done:
+            return
+        self._mode = "idle"
+        if body.received != len(body.target):
+            self._fail(
+                RawConnectionError(
+                    f"the body ended after {body.received} of {len(body.target)} bytes",
+                    body.received,
+                )
+            )
+            return
+        self.keep_alive = self.keep_alive and body.reusable
+        assert self._answer is not None
+        status, headers = self._answer
+        self._resolve(RawResponse(status, headers, body.received, True))
 
     def _resolve(self, answer: RawResponse) -> None:
         if self.done is not None and not self.done.done():
@@ -364,6 +413,9 @@ class _Protocol(asyncio.BufferedProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        if self._mode == "body" and self._body is not None and self._body_socket is None:
+            self._body.closed()  # the end of a body delimited by the close
+            self._finish_if_done()
         before = self._answer is None
         message = (
             "connection closed before a response"
@@ -378,8 +430,7 @@ class _Protocol(asyncio.BufferedProtocol):
 
 def _receive(
     sock: socket.socket,
-    target: memoryview,
-    received: int,
+    body: Body,
     moved: Callable[[int], None],
     counted: Callable[[int], None],
     stop: threading.Event,
@@ -387,16 +438,21 @@ def _receive(
     *,
     poll_seconds: float = _POLL_SECONDS,
     clock: Callable[[], float] = time.monotonic,
-) -> tuple[int, bool]:
-    """In a worker thread: receive ``target[received:]`` from ``sock`` (non-blocking, as the
-    loop left it), then close ``sock``. Returns the bytes now in ``target`` and whether it is
-    complete. The connection closing, an error, ``stop``, or ``idle_seconds`` without a byte
-    end it early (the loop's watchdog ends a stalled body first; this bound holds if the loop
-    is gone, so that no thread outlives it waiting and the interpreter can exit). Each wait for
-    bytes lasts at most ``poll_seconds``; ``clock`` (seconds, monotonic) measures the idle time
-    and the reports. Every receive's size goes to ``moved``, and to ``counted`` now and then
-    (see :data:`_REPORT_SECONDS`; the rest at the end)."""
-    expected = len(target)
+) -> None:
+    """In a worker thread: receive the rest of ``body`` from ``sock`` (non-blocking, as the loop
+    left it), then close ``sock``. It ends when the body's framing ends (``body.done``), when
+    the connection closes (told to ``body``, which it ends when the close delimits it), on an
+    error, on ``stop``, or after ``idle_seconds`` without a byte (the loop's watchdog ends a
+    stalled body first; this bound holds if the loop is gone, so that no thread outlives it
+    waiting and the interpreter can exit). Each wait for bytes lasts at most ``poll_seconds``;
+    ``clock`` (seconds, monotonic) measures the idle time and the reports. Every receive's size
+    goes to ``moved``; the body bytes it brought go to ``counted`` now and then (see
+    :data:`_REPORT_SECONDS`; the rest at the end).
+
+    Raises:
+        FramingError, BodyOverrun: from ``body`` (the loop fails the request with them).
+    """
+    scratch = memoryview(bytearray(_SCRATCH_BYTES))  # the thread's own: the loop's is in use
     unreported = 0
     soonest, latest = _REPORT_SECONDS
     reported_at = last_byte_at = clock()
@@ -408,21 +464,24 @@ def _receive(
     else:  # Windows
         wait = functools.partial(select.select, [sock], [], [], poll_seconds)
     try:
-        while received < expected:
+        while not body.done:
+            before = body.received
             try:
-                nbytes = sock.recv_into(target[received:])
+                nbytes = sock.recv_into(body.buffer(scratch))
             except BlockingIOError:
                 if stop.is_set() or clock() - last_byte_at > idle_seconds:
                     break
                 wait()  # bounded: the loop shuts the socket down to stop us sooner
                 continue
             except OSError:
-                break
+                nbytes = 0
             if nbytes == 0:
+                if not stop.is_set():  # the server closed it, not the loop
+                    body.closed()
                 break
-            received += nbytes
             moved(nbytes)
-            unreported += nbytes
+            body.updated(nbytes)
+            unreported += max(body.received - before, 0)
             last_byte_at = clock()
             waited = last_byte_at - reported_at
             if waited >= latest or (waited >= soonest and unreported >= _REPORT_BYTES):
@@ -433,7 +492,6 @@ def _receive(
         sock.close()  # a duplicate: the connection itself stays open for the loop
         if unreported:
             counted(unreported)
-    return received, received == expected
 
 
 class _Watchdog:
@@ -459,14 +517,21 @@ class _Watchdog:
 
 @functools.lru_cache(maxsize=4096)
 def _address(url: str) -> tuple[tuple[str, str, int], str, str]:
-    """The pool key ``(scheme, host, port)``, the request target and the ``Host`` value."""
-    parts = urlsplit(url)
-    scheme = parts.scheme.lower()
-    host = parts.hostname or ""
+    """The pool key ``(scheme, host, port)``, the request target and the ``Host`` value, as
+    httpx sends them (see the module): both paths send one URL alike, and a URL that a redirect
+    gave (already encoded by httpx's join) is not encoded again.
+
+    Raises:
+        ValueError: httpx refuses the URL (a control character, a bad port).
+    """
+    try:
+        parts = httpx.URL(url)
+    except httpx.InvalidURL as exc:
+        raise ValueError(f"invalid URL: {exc}") from None
+    scheme = parts.scheme
     port = parts.port or (443 if scheme == "https" else 80)
-    target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-    # The authority as written, minus userinfo: IPv6 literals keep their brackets.
-    return (scheme, host, port), target, parts.netloc.rpartition("@")[2]
+    host = parts.raw_host.decode("ascii")  # IDNA-encoded; an IPv6 literal without brackets
+    return (scheme, host, port), parts.raw_path.decode("ascii"), parts.netloc.decode("ascii")
 
 
 class RawRangeClient:
@@ -495,7 +560,10 @@ class RawRangeClient:
     def receives_in_threads(url: str) -> bool:
         """Whether bodies of at least :data:`THREAD_BODY_BYTES` from ``url`` are received in
         worker threads: over plain TCP; over TLS the loop decrypts and receives them."""
-        return _address(url)[0][0] != "https"
+        try:
+            return _address(url)[0][0] != "https"
+        except ValueError:  # a URL that cannot be sent has no bodies
+            return False
 
     async def get_into(
         self,
@@ -506,15 +574,19 @@ class RawRangeClient:
     ) -> RawResponse:
         """GET ``url``; the body goes into the buffer ``accept(status, headers)`` returns.
 
-        The body is read only when ``accept`` returns a buffer and the response announces
-        exactly that many bytes with no transfer coding; otherwise the connection is closed
-        unread. A body of length 0 is complete at once, and keeps the connection.
+        The body is read only when ``accept`` returns a buffer and the response's framing can
+        fill exactly that many bytes (a ``Content-Length`` equal to them, chunked, or until the
+        connection closes); otherwise the connection is closed unread. A body of length 0 with
+        a ``Content-Length`` is complete at once, and keeps the connection.
 
         ``meter``, when given, counts every byte received for this request.
 
         Raises:
-            RawConnectionError, RawTimeoutError: with the body bytes received so far.
+            RawConnectionError, RawTimeoutError: with the body bytes received so far (a body
+                that ended short, or whose chunks broke their syntax, included).
+            RawBodyTooLongError: the body ran past the buffer.
             RawProtocolError: the answer broke HTTP/1.1 (see the module docstring).
+            ValueError: the URL or a header cannot be sent.
         """
         key, target, authority = _address(url)
         try:
@@ -603,6 +675,8 @@ class RawRangeClient:
                 idle.append(protocol)
             else:
                 protocol._close()
+        elif answer.body_read:  # not to be used again (Connection: close, its body's framing)
+            protocol._close()
         return answer
 
     async def aclose(self) -> None:

@@ -12,7 +12,11 @@ state machine; a ranged GET needs one head each way). After RFC 9112:
   with space or tab continues the previous one (obs-fold, 5.2), joined by one space;
 - ``Content-Length`` is digits (at most 20); repeated, or a list, its values must agree and it
   is kept once; ``Transfer-Encoding`` may appear once and only as ``chunked``;
-- a head longer than :data:`MAX_HEAD_BYTES` is refused.
+- a head longer than :data:`MAX_HEAD_BYTES` is refused;
+- a chunked body's trailer section is field lines as above (:func:`parse_trailer_section`).
+
+Which body follows a head, and how long it is, is :mod:`.framing`'s (and
+:func:`announced_length`'s, for those who size a buffer from a head).
 """
 
 from __future__ import annotations
@@ -159,16 +163,53 @@ def parse_response_head(buffer: bytearray) -> ResponseHead | None:
         return None
     if end.end() > MAX_HEAD_BYTES:
         raise HeadError(f"the response head is longer than {MAX_HEAD_BYTES} bytes")
-    lines = bytes(buffer[: end.start()]).split(b"\n")
-    del buffer[: end.end()]
-    lines = [line[:-1] if line.endswith(b"\r") else line for line in lines]
+    lines = _lines(buffer, end)
     status_line = _STATUS_LINE.fullmatch(lines[0])
     if status_line is None:
         raise HeadError(f"illegal status line: {lines[0]!r}")
     status = int(status_line.group(2))
     if status < 100:
         raise HeadError(f"status {status} is not an HTTP status")
-    return ResponseHead(status_line.group(1), status, _fields(_unfolded(lines[1:])))
+    return ResponseHead(status_line.group(1), status, _fields(lines[1:]))
+
+
+def parse_trailer_section(buffer: bytearray) -> list[tuple[bytes, bytes]] | None:
+    """Take a chunked body's trailer section (field lines, then a blank line) off the front of
+    ``buffer``; None while it is incomplete. Its lines are read and checked as a head's field
+    lines are (h11 reads them so); the rules of ``Content-Length`` and ``Transfer-Encoding``
+    are a head's only.
+
+    Raises:
+        HeadError: a field line breaks the rules above, or the section is still incomplete
+            beyond :data:`MAX_HEAD_BYTES`.
+    """
+    for blank in (b"\n", b"\r\n"):  # no field at all
+        if buffer.startswith(blank):
+            del buffer[: len(blank)]
+            return []
+    end = _BLANK_LINE.search(buffer)
+    if (len(buffer) if end is None else end.end()) > MAX_HEAD_BYTES:
+        raise HeadError(f"the trailer section is longer than {MAX_HEAD_BYTES} bytes")
+    if end is None:
+        return None
+    return _field_pairs(_lines(buffer, end))
+
+
+def announced_length(headers: ResponseHeaders) -> int | None:
+    """The body length that an answer's head announces: its ``Content-Length``, unless a
+    transfer coding overrides it (RFC 9112 6.3); None when it announces none (a chunked body,
+    or one that ends when the server closes the connection)."""
+    if "Transfer-Encoding" in headers:
+        return None
+    value = headers.get("Content-Length", "")
+    return int(value) if value.isdigit() else None
+
+
+def _lines(buffer: bytearray, end: re.Match[bytes]) -> list[bytes]:
+    """The lines before the blank line ``end`` (taken off ``buffer``), without their ends."""
+    lines = bytes(buffer[: end.start()]).split(b"\n")
+    del buffer[: end.end()]
+    return [line[:-1] if line.endswith(b"\r") else line for line in lines]
 
 
 def _unfolded(lines: list[bytes]) -> list[bytes]:
@@ -184,15 +225,22 @@ def _unfolded(lines: list[bytes]) -> list[bytes]:
     return joined
 
 
+def _field_pairs(lines: list[bytes]) -> list[tuple[bytes, bytes]]:
+    """Name and value of each field line, folded lines joined."""
+    pairs = []
+    for line in _unfolded(lines):
+        match = _FIELD_LINE.fullmatch(line)
+        if match is None:
+            raise HeadError(f"illegal header line: {line!r}")
+        pairs.append((match.group(1), match.group(2)))
+    return pairs
+
+
 def _fields(lines: list[bytes]) -> list[tuple[bytes, bytes]]:
     fields: list[tuple[bytes, bytes]] = []
     length: bytes | None = None
     chunked = False
-    for line in lines:
-        match = _FIELD_LINE.fullmatch(line)
-        if match is None:
-            raise HeadError(f"illegal header line: {line!r}")
-        name, value = match.group(1), match.group(2)
+    for name, value in _field_pairs(lines):
         lowered = name.lower()
         if lowered == b"content-length":
             values = {part.strip() for part in value.split(b",")}

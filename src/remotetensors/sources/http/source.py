@@ -308,6 +308,11 @@ class HttpSource(ByteSource):
                 first = False
                 missing = min(end, self._pin.size or end) - start - received
                 end = min(end, self._pin.size or end)
+                if missing <= 0:
+                    # Every byte asked came before the answer broke off: a chunked body cut
+                    # before its last chunk, a body until close whose server kept the
+                    # connection open. Nothing is left to resume.
+                    return received
                 # Resume from the first missing byte. Only real progress (a good share of
                 # what was missing) earns a fresh attempt budget: a server that sends a few
                 # bytes per connection must not keep us busy without end.

@@ -7,9 +7,15 @@ connection is kept, and says its failures in the source's words.
 
 from __future__ import annotations
 
-from .direct import RawConnectionError, RawProtocolError, RawRangeClient, RawTimeoutError
-from .head import ResponseHeaders
-from .transport import DISCARD, Accept, BadAnswer, Head, Interrupted, Meter
+from .direct import (
+    RawBodyTooLongError,
+    RawConnectionError,
+    RawProtocolError,
+    RawRangeClient,
+    RawTimeoutError,
+)
+from .head import ResponseHeaders, announced_length
+from .transport import DISCARD, Accept, BadAnswer, BodyTooLong, Head, Interrupted, Meter
 
 _DRAIN_BYTES = 64 * 1024  # error and redirect bodies up to this are read to keep the connection
 
@@ -31,6 +37,8 @@ class DirectTransport:
 
         try:
             answer = await self.reader.get_into(url, headers, target, meter)
+        except RawBodyTooLongError as exc:
+            raise BodyTooLong(exc.length) from None
         except RawProtocolError as exc:
             raise BadAnswer(f"the server's answer is not valid HTTP/1.1: {exc}") from None
         except RawTimeoutError as exc:
@@ -50,8 +58,9 @@ class DirectTransport:
 
 
 def _drained(headers: ResponseHeaders) -> memoryview | None:
-    """Scratch for a small body nobody needs, so that its connection can be used again."""
-    length = headers.get("Content-Length", "")
-    if length.isdigit() and int(length) <= _DRAIN_BYTES:
-        return memoryview(bytearray(int(length)))
+    """Scratch for a small body nobody needs, so that its connection can be used again; None
+    (left unread) for a body whose length its head does not say (chunked, or until close)."""
+    length = announced_length(headers)
+    if length is not None and length <= _DRAIN_BYTES:
+        return memoryview(bytearray(length))
     return None

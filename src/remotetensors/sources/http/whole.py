@@ -9,7 +9,8 @@ retries is returned whatever its status, for the caller to judge (with
 
 The request goes through the client's direct reader when it can (no proxy, ``direct_reads`` on,
 an answer with a ``Content-Length`` that is not encoded), else through httpx, which also
-follows redirects.
+follows redirects and reads a body of a length not known before it ends (chunked, or until the
+connection closes: a whole answer's buffer is sized before its body comes).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from ..ratelimit import limiter_for
 from .answer import Failed, retry_of
 from .client import Client, HttpClient, httpx_of, turn_of
 from .direct import RawConnectionError, RawProtocolError, RawTimeoutError
-from .head import ResponseHeaders
+from .head import ResponseHeaders, announced_length
 from .policy import RETRY_STATUSES, backoff_seconds, gave_up
 
 if TYPE_CHECKING:
@@ -180,7 +181,8 @@ async def _attempt(client: Client, url: str, headers: dict[str, str], shown: str
 async def _direct_get(client: Client, url: str, headers: dict[str, str]) -> WholeAnswer | None:
     """GET ``url`` through the client's direct reader, the whole body in memory; None when
     httpx must ask instead: a client not ours, direct reads off or a proxy, a redirect, a body
-    without ``Content-Length``, over :data:`MAX_DIRECT_BODY_BYTES` or encoded.
+    without ``Content-Length`` (or chunked despite one), over :data:`MAX_DIRECT_BODY_BYTES`
+    or encoded.
 
     Raises:
         RawConnectionError, RawTimeoutError: the network failed (the caller retries).
@@ -190,10 +192,10 @@ async def _direct_get(client: Client, url: str, headers: dict[str, str]) -> Whol
     bodies: list[bytearray] = []
 
     def accept(status: int, answer: ResponseHeaders) -> memoryview | None:
-        length = answer.get("Content-Length", "")
-        if not length.isdigit() or int(length) > MAX_DIRECT_BODY_BYTES:
+        length = announced_length(answer)  # a chunked answer's Content-Length says nothing
+        if length is None or length > MAX_DIRECT_BODY_BYTES:
             return None
-        bodies.append(bytearray(int(length)))
+        bodies.append(bytearray(length))
         return memoryview(bodies[-1])
 
     try:
