@@ -99,7 +99,8 @@ def _body_threads() -> ThreadPoolExecutor:
 
 Accept = Callable[[int, Fields], memoryview | None]
 """Called with the status and headers; returns the buffer the body goes into (its length is
-the body length the response must announce), or None to close the connection unread."""
+the body's: a ``Content-Length`` must say the same, a chunked or close-delimited body must end
+there), or None to close the connection unread."""
 
 
 class RawConnectionError(ConnectionError):

@@ -49,7 +49,8 @@ class Head(NamedTuple):
 
 Accept = Callable[[Head], memoryview | Discard | None]
 """Called with an answer's head, before its body; returns the buffer the body goes into (the
-answer must announce exactly its length), :data:`DISCARD`, or None to leave the body unread and
+body must have exactly its length, whatever its framing: a ``Content-Length`` that says so,
+chunks, or the bytes until the close), :data:`DISCARD`, or None to leave the body unread and
 close the connection. Called once per answer that comes; it must not raise."""
 
 
