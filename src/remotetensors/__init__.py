@@ -34,6 +34,8 @@ from .errors import (
     ShardNotOpenedError,
     SliceError,
     TensorNotFoundError,
+    TlsError,
+    TlsErrorKind,
     TransportError,
     UnsupportedDtypeError,
 )
@@ -165,6 +167,8 @@ __all__ = [
     "TensorSlice",
     "TensorStats",
     "TensorView",
+    "TlsError",
+    "TlsErrorKind",
     "Traffic",
     "TransportError",
     "UnsupportedDtypeError",

@@ -229,6 +229,42 @@ class RequestTimeoutError(TransportError, TimeoutError):
         self.bound = bound
 
 
+class TlsErrorKind(str, enum.Enum):
+    """What went wrong in a TLS handshake (see :class:`TlsError`)."""
+
+    UNKNOWN_ISSUER = "certificate from an unknown issuer"
+    WRONG_HOST = "certificate for another host name"
+    EXPIRED = "expired certificate"
+    NOT_YET_VALID = "certificate not yet valid"
+    UNTRUSTED = "untrusted certificate"
+    NOT_TLS = "the server does not speak TLS"
+    REFUSED = "handshake refused by the server"
+    HANDSHAKE = "handshake failed"
+    CA_BUNDLE = "CA bundle cannot be loaded"
+
+
+class TlsError(TransportError):
+    """A TLS handshake failed in a way another attempt cannot mend (an untrusted or expired
+    certificate, a certificate for another name, a server that refuses the handshake or speaks
+    plain HTTP on its TLS port), or the CA bundle named cannot be loaded. Raised at once, never
+    retried; the message says how to trust a private CA (``SSL_CERT_FILE``,
+    ``REQUESTS_CA_BUNDLE``, ``HttpOptions(ca_bundle=...)``).
+
+    A :class:`TransportError` (so an ``OSError``, as :class:`ssl.SSLError` is): code that
+    handles a network that cannot be reached handles this too.
+
+    Attributes:
+        kind: what failed, testable without parsing the message.
+    """
+
+    def __init__(self, message: str, *, kind: TlsErrorKind) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild, (type(self), tuple(self.args), {"kind": self.kind}))
+
+
 class BadResponseError(RemoteTensorsError, OSError):
     """A server answered a ranged request with bytes that cannot be trusted.
 

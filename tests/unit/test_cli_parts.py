@@ -39,12 +39,14 @@ def test_options_map_to_http_and_storage_options() -> None:
             "--timeout", "3", "--retries", "0", "--header", "Authorization: Bearer t",
             "--accept-whole-body-below", "1MB", "--option", "anon=true",
             "--option", "key=0123", "--option", 'config_kwargs={"read_timeout": 5}',
+            "--ca-bundle", __file__,
         )
     )  # fmt: skip
     http = kwargs["http_options"]
     assert (http.read_timeout_seconds, http.connect_timeout_seconds, http.max_attempts) == (3, 3, 1)
     assert http.headers == {"Authorization": "Bearer t"}
     assert http.accept_whole_body_below_bytes == 1_000_000
+    assert http.ca_bundle == __file__
     assert kwargs["storage_options"] == {
         "anon": True,
         "key": "0123",  # digits stay text
@@ -57,6 +59,7 @@ def test_options_map_to_http_and_storage_options() -> None:
         (["--header", "nocolon"], "--header wants"),
         (["--option", "novalue"], "--option wants KEY=VALUE"),
         (["--option", "x={bad"], "not valid JSON"),
+        (["--ca-bundle", "/no/such/ca.pem"], "--ca-bundle names no file"),
     ]:
         with pytest.raises(UsageError, match=message):
             open_options(parsed(*argv))

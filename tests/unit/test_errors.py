@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import pickle
 
 import remotetensors
 import remotetensors.errors as errors_module
@@ -11,6 +12,8 @@ from remotetensors.errors import (
     HeaderErrorKind,
     RemoteTensorsError,
     TensorNotFoundError,
+    TlsError,
+    TlsErrorKind,
 )
 
 
@@ -39,6 +42,7 @@ def test_leaves_subclass_the_builtin_a_user_catches() -> None:
     assert issubclass(errors_module.RequestTimeoutError, TimeoutError)
     assert issubclass(errors_module.LocationError, ValueError)
     assert issubclass(errors_module.MissingDependencyError, ImportError)
+    assert issubclass(errors_module.TlsError, errors_module.TransportError)
 
 
 def test_header_error_carries_its_rule_as_a_value() -> None:
@@ -46,6 +50,16 @@ def test_header_error_carries_its_rule_as_a_value() -> None:
     assert err.kind is HeaderErrorKind.OVERFLOW
     assert str(err) == "s3://b/k: overflow computing buffer size: too big"
     assert err.with_location("x").location == "x"
+
+
+def test_tls_error_carries_its_kind_across_processes() -> None:
+    err = TlsError("https://h/m: TLS handshake with h:443 failed", kind=TlsErrorKind.EXPIRED)
+    back = pickle.loads(pickle.dumps(err))
+    assert type(back) is TlsError
+    assert back.kind is TlsErrorKind.EXPIRED
+    assert str(back) == str(err)
+    assert isinstance(back, remotetensors.TransportError)
+    assert isinstance(back, OSError)
 
 
 def test_tensor_not_found_reads_well() -> None:
@@ -82,6 +96,8 @@ PUBLIC_NAMES = {
     "TensorInfo",
     "TensorNotFoundError",
     "TransportError",
+    "TlsError",
+    "TlsErrorKind",
     "UnsupportedDtypeError",
     "__version__",
     "parameter_count",

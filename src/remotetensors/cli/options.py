@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import re
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
@@ -84,6 +85,12 @@ def add_location_options(
         help="HTTP: when a server ignores Range, accept whole files smaller than SIZE "
         "(e.g. 10MB; default 0: never)",
     )
+    sub.add_argument(
+        "--ca-bundle",
+        metavar="PATH",
+        help="HTTPS: a PEM file of CA certificates to verify servers with (default: "
+        "SSL_CERT_FILE, REQUESTS_CA_BUNDLE, else certifi's bundle)",
+    )
     if json_flag:
         sub.add_argument("--json", action="store_true", help="print JSON")
 
@@ -100,6 +107,8 @@ def open_options(args: argparse.Namespace) -> dict[str, Any]:
         raise UsageError(f"--timeout must be more than 0 seconds, got {args.timeout:g}")
     if args.retries < 0:
         raise UsageError(f"--retries must be 0 or more, got {args.retries}")
+    if args.ca_bundle is not None and not os.path.exists(args.ca_bundle):
+        raise UsageError(f"--ca-bundle names no file or folder: {args.ca_bundle!r}")
     from ..sources.http.client import HttpOptions  # here: httpx is not needed for --help
 
     read = ReadOptions(max_concurrency=args.concurrency) if args.concurrency else ReadOptions()
@@ -111,6 +120,7 @@ def open_options(args: argparse.Namespace) -> dict[str, Any]:
         accept_whole_body_below_bytes=parse_size(
             args.accept_whole_body_below, "--accept-whole-body-below"
         ),
+        ca_bundle=args.ca_bundle,
     )
     return {
         "revision": args.revision,

@@ -9,7 +9,9 @@
 - :mod:`.direct`: the built-in HTTP/1.1 reader whose bodies land in the caller's buffer;
 - :mod:`.head`: the bytes of request and response heads, by h11's rules (no IO);
 - :mod:`.client`: :class:`~.client.HttpOptions`, and the client that files share;
-- :mod:`.tls`: one TLS context per process; :mod:`.selfcancel`: bounds on an await.
+- :mod:`.tls`: the CAs trusted (one context per bundle), and what a failed handshake means
+  (:class:`~remotetensors.errors.TlsError`, never retried); :mod:`.selfcancel`: bounds on an
+  await.
 
 Nothing is re-exported here: import from the module that owns a name.
 """

@@ -59,6 +59,12 @@ class HttpOptions:
             a client the caller passed, the first request of a file goes through that client
             and only later data requests go direct. With a proxy configured in the
             environment, everything goes through httpx.
+        ca_bundle: a PEM file of CA certificates (or a folder of them, prepared with
+            ``openssl rehash``) that HTTPS servers are verified with, in place of those the
+            environment names (``SSL_CERT_FILE``, ``SSL_CERT_DIR``, ``REQUESTS_CA_BUNDLE``,
+            ``CURL_CA_BUNDLE``) and of certifi's bundle; see :mod:`.tls`. A handshake that
+            fails verification raises :class:`~remotetensors.TlsError` at once (not retried).
+            A client the caller passes keeps its own ``verify``.
     """
 
     connect_timeout_seconds: float = 10.0
@@ -75,12 +81,13 @@ class HttpOptions:
     throughput_window_seconds: float = 30.0
     request_deadline_seconds: float | None = None
     direct_reads: bool = True
+    ca_bundle: str | os.PathLike[str] | None = None
 
     def new_client(self) -> HttpClient:
         """A client configured with these options (close it with ``aclose``)."""
         return HttpClient(self)
 
-    def client_key(self) -> tuple[float, float, int, bool]:
+    def client_key(self) -> tuple[float, float, int, bool, str | None]:
         """What a client made by :meth:`new_client` depends on (the rest is read per request):
         options with equal keys can share one client."""
         return (
@@ -88,6 +95,7 @@ class HttpOptions:
             self.read_timeout_seconds,
             self.max_connections,
             self.direct_reads,
+            None if self.ca_bundle is None else os.fspath(self.ca_bundle),
         )
 
 
@@ -123,13 +131,18 @@ class HttpClient:
             connect_timeout_seconds=options.connect_timeout_seconds,
             read_timeout_seconds=options.read_timeout_seconds,
             max_idle_per_host=options.max_connections,
+            ca_bundle=options.ca_bundle,
         )
         self.goes_direct = options.direct_reads and not proxy_in_environment()
         self._httpx: httpx.AsyncClient | None = None
 
     @property
     def httpx(self) -> httpx.AsyncClient:
-        """The httpx client (made now if it was not yet)."""
+        """The httpx client (made now if it was not yet).
+
+        Raises:
+            TlsError: the CA bundle named cannot be loaded.
+        """
         if self._httpx is None:
             options = self.options
             self._httpx = httpx.AsyncClient(
@@ -141,7 +154,7 @@ class HttpClient:
                     max_keepalive_connections=options.max_connections,
                 ),
                 follow_redirects=True,
-                verify=shared_ssl_context(),
+                verify=shared_ssl_context(options.ca_bundle),
             )
         return self._httpx
 

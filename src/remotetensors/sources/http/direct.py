@@ -52,6 +52,7 @@ import functools
 import os
 import select
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Callable
@@ -65,8 +66,8 @@ from ...status import activity, bytes_listener
 from .framing import Body, BodyOverrun, FramingError, LengthBody, body_for
 from .head import Fields, HeadError, parse_response_head, request_head
 from .selfcancel import withdraw_own_cancel
-from .tls import shared_ssl_context
-from .transport import Meter
+from .tls import handshake_failure, origin_of, shared_ssl_context
+from .transport import Meter, TlsFailed
 
 _SCRATCH_BYTES = 64 * 1024
 
@@ -542,6 +543,8 @@ class RawRangeClient:
         connect_timeout_seconds: time to establish a connection (and TLS).
         read_timeout_seconds: longest wait for the next bytes.
         max_idle_per_host: idle connections kept per host.
+        ca_bundle: the CAs that HTTPS servers are verified with (see :mod:`.tls`; None: those
+            the environment names, else certifi's).
     """
 
     def __init__(
@@ -550,10 +553,12 @@ class RawRangeClient:
         connect_timeout_seconds: float,
         read_timeout_seconds: float,
         max_idle_per_host: int = 32,
+        ca_bundle: str | os.PathLike[str] | None = None,
     ) -> None:
         self._connect_timeout = connect_timeout_seconds
         self._read_timeout = read_timeout_seconds
         self._max_idle = max_idle_per_host
+        self._ca_bundle = ca_bundle
         self._idle: dict[tuple[str, str, int], list[_Protocol]] = {}
         self._scratch = bytearray(_SCRATCH_BYTES)
 
@@ -588,6 +593,8 @@ class RawRangeClient:
             RawBodyTooLongError: the body ran past the buffer.
             RawProtocolError: the answer broke HTTP/1.1 (see the module docstring).
             ValueError: the URL or a header cannot be sent.
+            TlsFailed: the TLS handshake failed in a way another attempt cannot mend.
+            TlsError: the CA bundle named cannot be loaded.
         """
         key, target, authority = _address(url)
         try:
@@ -615,7 +622,7 @@ class RawRangeClient:
         scheme, host, port = key
         context = None
         if scheme == "https":
-            context = shared_ssl_context()
+            context = shared_ssl_context(self._ca_bundle)
         loop = asyncio.get_running_loop()
         task = asyncio.current_task()
         assert task is not None
@@ -644,6 +651,9 @@ class RawRangeClient:
                 raise RawTimeoutError(f"connect to {host}:{port} timed out") from None
             raise
         except OSError as exc:
+            failure = handshake_failure(exc) if isinstance(exc, ssl.SSLError) else None
+            if failure is not None:
+                raise TlsFailed(origin_of(host, port), failure) from None
             raise RawConnectionError(f"cannot connect to {host}:{port}: {exc}") from None
         finally:
             timer.cancel()

@@ -14,6 +14,9 @@ What this source guarantees (see ``reference/remote-io.md`` for why each rule ex
   requests (else ``Last-Modified`` as ``If-Unmodified-Since``), and every later answer must carry
   the same total size, ETag and ``Last-Modified`` as the first; a changed or missing validator
   raises :class:`RemoteFileChangedError`, never mixes versions;
+- a TLS handshake that fails for good (an untrusted, expired or misnamed certificate, a
+  fatal alert, plain HTTP on the TLS port) raises :class:`TlsError` at once, saying how to
+  trust a CA (:mod:`.tls`), never retried;
 - connect and read errors, truncated bodies, 408, 429 and 5xx are retried with exponential
   backoff and full jitter, honouring a well-formed ``Retry-After`` (:mod:`.policy`, the policy of
   every request, the hub's API too); a truncated body resumes from its first missing byte, and a
@@ -69,6 +72,7 @@ from .head import ResponseHeaders
 from .pin import VersionPin
 from .policy import backoff_seconds, gave_up
 from .selfcancel import withdraw_own_cancel
+from .tls import tls_error
 from .transport import (
     DISCARD,
     BadAnswer,
@@ -77,6 +81,7 @@ from .transport import (
     Head,
     Interrupted,
     Meter,
+    TlsFailed,
     Transport,
 )
 from .via_direct import DirectTransport
@@ -152,6 +157,7 @@ class HttpSource(ByteSource):
         self._verified = False  # _data_url answered a ranged GET itself (no redirect pending)
         self._raw: RawRangeClient | None = None
         self._proxied: bool | None = None  # a proxy in the environment (a caller's client)
+        self._distrusted = False  # the direct reader failed TLS where a caller's client did not
         self._via_direct: DirectTransport | None = None
         self._limiter: tuple[str, RouteLimiter] | None = None  # the data URL's, see _limiter_of
         self.first_responses: list[ResponseHeaders] = []
@@ -192,7 +198,7 @@ class HttpSource(ByteSource):
                 return None
             # A redirect met on a later request is left to httpx (see answer.Retry.moved).
             return client.direct if first or self._verified else None
-        if first or not self._verified:
+        if first or not self._verified or self._distrusted:
             return None  # a caller's own client sees every first request: its auth, its hooks
         if self._proxied is None:  # read once, as for a client remotetensors makes
             self._proxied = client_module.proxy_in_environment()
@@ -203,6 +209,7 @@ class HttpSource(ByteSource):
                 connect_timeout_seconds=self._options.connect_timeout_seconds,
                 read_timeout_seconds=self._options.read_timeout_seconds,
                 max_idle_per_host=self._options.max_connections,
+                ca_bundle=self._options.ca_bundle,
             )
         return self._raw
 
@@ -503,6 +510,8 @@ class HttpSource(ByteSource):
                     ) from None
                 except BadAnswer as exc:
                     raise BadResponseError(f"{self._shown}: {exc.detail}") from None
+                except TlsFailed as exc:
+                    raise self._tls_failed(exc, transport) from None
                 head, decision = answers[-1]  # a transport shows every answer to accept
                 if isinstance(decision, Exception):
                     raise decision
@@ -555,6 +564,22 @@ class HttpSource(ByteSource):
             raise self._status_error(decision.status, head.url, headers)
         assert isinstance(decision, Failed), decision
         raise decision.error
+
+    def _tls_failed(self, failed: TlsFailed, transport: Transport) -> Exception:
+        """What a TLS handshake that failed for good means: :class:`TlsError`, not retried.
+
+        Save one case: the caller's own httpx client opened the file, and the direct reader,
+        which verifies with our CAs rather than the client's ``verify``, failed a later
+        request. The rest of the file is then read through the caller's client, once more
+        now (a retry without a wait)."""
+        if not isinstance(self._http(), HttpClient) and not transport.follows_redirects:
+            self._distrusted = True
+            return _Retry(
+                f"TLS with {failed.origin} failed on the direct reader "
+                f"({failed.failure.reason}); reading through the caller's httpx client",
+                0.0,
+            )
+        return tls_error(self._shown, failed.origin, failed.failure)
 
     def _status_error(
         self, status: int, url: str, headers: ResponseHeaders | None = None

@@ -11,6 +11,7 @@ here: whether redirects are followed, and the texts of their failures.
 from __future__ import annotations
 
 import enum
+import ssl
 from collections.abc import Callable
 from typing import NamedTuple, Protocol
 
@@ -71,6 +72,7 @@ class Transport(Protocol):
             Interrupted: no answer, or the connection failed or stalled, its body unfinished.
             BodyTooLong: the body ran past the buffer ``accept`` named.
             BadAnswer: the answer or the request cannot be used at all (not retried).
+            TlsFailed: the TLS handshake failed for good (not retried).
         """
         ...
 
@@ -115,3 +117,14 @@ class BadAnswer(Exception):
     def __init__(self, detail: str) -> None:
         super().__init__(detail)
         self.detail = detail
+
+
+class TlsFailed(Exception):
+    """The TLS handshake with ``origin`` (``host:port``) failed with ``failure``, which another
+    attempt cannot mend (see :func:`.tls.handshake_failure`); the source names the file and
+    says what to do (:func:`.tls.tls_error`)."""
+
+    def __init__(self, origin: str, failure: ssl.SSLError) -> None:
+        super().__init__(origin, failure)
+        self.origin = origin
+        self.failure = failure

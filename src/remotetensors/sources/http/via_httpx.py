@@ -14,7 +14,8 @@ import httpx
 from ...redact import redact_text, redact_url
 from ...status import activity, bytes_listener
 from .client import Client, httpx_of
-from .transport import Accept, BadAnswer, BodyTooLong, Head, Interrupted, Meter
+from .tls import handshake_failure, origin_of
+from .transport import Accept, BadAnswer, BodyTooLong, Head, Interrupted, Meter, TlsFailed
 
 
 class HttpxTransport:
@@ -60,12 +61,30 @@ class HttpxTransport:
                 raise BadAnswer(f"the server's answer is not valid HTTP/1.1: {said}") from None
             raise Interrupted(f"network error: {type(exc).__name__}: {said}") from None
         except httpx.TransportError as exc:
+            failed = tls_failed(exc, url)
+            if failed is not None:
+                raise failed from None
             said = redact_text(str(exc))
             raise Interrupted(f"network error: {type(exc).__name__}: {said}") from None
         except (httpx.HTTPError, httpx.InvalidURL) as exc:
             raise BadAnswer(
                 f"HTTP request failed: {type(exc).__name__}: {redact_text(str(exc))}"
             ) from None
+
+
+def tls_failed(exc: httpx.TransportError, url: str) -> TlsFailed | None:
+    """``exc`` as :class:`TlsFailed` when it is a TLS handshake that failed for good (httpx
+    says so with a ``ConnectError`` caused by the ssl module's error), else None. The origin is
+    that of the request that failed (a redirect's target, maybe), else ``url``'s."""
+    failure = handshake_failure(exc) if isinstance(exc, httpx.ConnectError) else None
+    if failure is None:
+        return None
+    try:
+        failed = exc.request.url
+    except RuntimeError:  # no request attached (raised outside a client)
+        failed = httpx.URL(url)
+    port = failed.port or (443 if failed.scheme == "https" else 80)
+    return TlsFailed(origin_of(failed.host, port), failure)
 
 
 async def _read_body(response: httpx.Response, target: memoryview, meter: Meter) -> None:

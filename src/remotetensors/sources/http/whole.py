@@ -31,6 +31,9 @@ from .client import Client, HttpClient, httpx_of, turn_of
 from .direct import RawConnectionError, RawProtocolError, RawTimeoutError
 from .head import ResponseHeaders, announced_length
 from .policy import RETRY_STATUSES, backoff_seconds, gave_up
+from .tls import tls_error
+from .transport import TlsFailed
+from .via_httpx import tls_failed
 
 if TYPE_CHECKING:
     from collections.abc import Coroutine, Mapping
@@ -86,6 +89,8 @@ async def get_whole(
             ``max_retry_after_seconds``.
         RequestTimeoutError: ``request_deadline_seconds`` passed.
         BadResponseError: the request cannot be sent, or its answer is not HTTP.
+        TlsError: the TLS handshake failed for good (not retried), or the CA bundle named
+            cannot be loaded.
     """
     own = options.new_client() if client is None else None
     used = client if client is not None else own
@@ -154,6 +159,7 @@ async def _attempt(client: Client, url: str, headers: dict[str, str], shown: str
     Raises:
         _Failure: no answer (to be retried).
         BadResponseError: the request cannot be sent, or the answer is not HTTP.
+        TlsError: the TLS handshake failed for good.
     """
     try:
         async with turn_of(client):  # one of the client's connections, whichever way it goes
@@ -167,9 +173,14 @@ async def _attempt(client: Client, url: str, headers: dict[str, str], shown: str
         raise _Failure(f"request timed out ({exc})", timed_out=True) from None
     except RawConnectionError as exc:
         raise _Failure(f"network error: {redact_text(str(exc))}") from None
+    except TlsFailed as exc:  # the direct reader's
+        raise tls_error(shown, exc.origin, exc.failure) from None
     except httpx.TimeoutException as exc:
         raise _Failure(f"request timed out ({type(exc).__name__})", timed_out=True) from None
     except httpx.TransportError as exc:
+        failed = tls_failed(exc, url)
+        if failed is not None:
+            raise tls_error(shown, failed.origin, failed.failure) from None
         raise _Failure(f"network error: {type(exc).__name__}: {redact_text(str(exc))}") from None
     except (httpx.HTTPError, httpx.InvalidURL) as exc:
         raise BadResponseError(
