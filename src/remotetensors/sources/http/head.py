@@ -35,7 +35,9 @@ _OBS_FOLD = re.compile(rb"[ \t]+")
 _BLANK_LINE = re.compile(rb"\n\r?\n")
 _CONTENT_LENGTH = re.compile(rb"[0-9]+")
 _NAME = re.compile(_TOKEN.decode())
-_VALUE = re.compile(_FIELD_VALUE.decode())
+# ASCII: as h11's bytes pattern, whose \s is space, tab, CR, LF, VT and FF only; a str
+# pattern's \s would also take 0x1c-0x1f for whitespace and refuse a value h11 sends.
+_VALUE = re.compile(_FIELD_VALUE.decode(), re.ASCII)
 _TARGET = re.compile(r"[\x21-\x7e]+")
 
 
