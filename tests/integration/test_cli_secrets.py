@@ -203,6 +203,7 @@ def test_a_hub_token_is_never_printed(
         ["--header", "Bearer au333"],
         ["--option", 'secret={"key": "sk-key111"'],
         ["--option", "key111"],
+        ["--token", "hf444\n"],
     ],
     ids=[
         "header with a newline",
@@ -210,6 +211,7 @@ def test_a_hub_token_is_never_printed(
         "header without a name",
         "bad JSON",
         "no key",
+        "token with a newline",
     ],
 )
 @pytest.mark.usefixtures("data_path")

@@ -115,7 +115,7 @@ def open_options(args: argparse.Namespace) -> dict[str, Any]:
     )
     return {
         "revision": args.revision,
-        "token": args.token,
+        "token": _token(args.token),
         "storage_options": _storage_options(args.option) or None,
         "options": read,
         "http_options": http,
@@ -155,6 +155,25 @@ def _option_value(key: str, text: str) -> Any:
                 f"{exc.pos}; the value is {_NOT_SHOWN})"
             ) from None
     return text
+
+
+def _token(token: str | None) -> str | None:
+    """``--token``, checked as the header it becomes (``Authorization: Bearer ...``).
+
+    Raises:
+        UsageError: it cannot be sent (a newline pasted with it, a space inside), not quoted.
+    """
+    from ..sources.http.head import HeadError, check_field  # here: not needed for --help
+
+    if token is not None:
+        try:
+            check_field("Authorization", f"Bearer {token}")
+        except HeadError:
+            raise UsageError(
+                "--token cannot be sent in an Authorization header: it holds a line break, "
+                f"a control character or a character that is not ASCII ({_NOT_SHOWN})"
+            ) from None
+    return token
 
 
 def _headers(items: list[str]) -> dict[str, str]:
