@@ -35,8 +35,10 @@ TARGETS: dict[str, tuple[str, ...]] = {
     ),
     "http_head": ("remotetensors.sources.http.head",),
 }
-"""Target module (in this package) -> the modules whose coverage guides it: the parser under
-test, never its oracle (the reference reader, h11)."""
+"""Target module (in this package) -> the modules imported under instrumentation before it:
+the parser under test. atheris instruments every module of our package imported meanwhile (the
+parsers' packages and what they import), so their edges make ``cov``; the oracle (the reference
+reader, h11) is imported afterwards, uninstrumented, and guides nothing."""
 
 FINDINGS = Path(__file__).parent / "findings"
 """The inputs fuzz runs found, one folder per target (tests/unit/test_fuzz_targets.py runs

@@ -88,7 +88,8 @@ def check(data: bytes) -> None:
         # Tensors that share offsets are checked in an order the reference draws anew on each
         # call (a hash map's), we in the header's: our verdict must be one of its verdicts.
         # Asked again until it gives ours; an order with ours comes in one call of a few.
-        seen = [expected]  # a list: a view (the reference accepting) does not hash
+        # A list: a view (the reference accepting) does not hash.
+        seen: list[ReferenceView | HeaderErrorKind] = [expected]
         for _ in range(_REFERENCE_RETRIES):
             seen.append(reference_read(file))
             if got in seen:
