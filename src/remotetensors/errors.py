@@ -93,6 +93,8 @@ class HeaderErrorKind(str, enum.Enum):
     # bintensors only: its header is bincode, and duplicate tensor names are an error there.
     INVALID_BINCODE = "invalid bincode header"
     DUPLICATE_NAME = "duplicate tensor name"
+    # A sharded model's index (or the hub's metadata of one): shard names stay inside it.
+    FILE_OUTSIDE_MODEL = "shard file outside the model"
     # GGUF only: its binary header has rules of its own, and limits against hostile headers.
     INVALID_MAGIC = "not a GGUF file"
     UNSUPPORTED_VERSION = "unsupported GGUF version"

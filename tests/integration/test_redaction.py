@@ -186,3 +186,59 @@ def test_a_scan_and_info_print_locations_without_their_secrets(
 
 def redact(url: str) -> str:
     return url.replace("s3cr3t", "***").replace("tok123", "***").replace("sig456", "***")
+
+
+def test_a_checksum_mismatch_names_the_url_without_its_secrets(
+    serve: Callable[..., RawServer],
+) -> None:
+    server = serve(files_handler({"m.safetensors": DATA}, queries=True))
+    url = server.url.replace("http://", "http://user:s3cr3t@") + f"/files/{OWN[1:]}"
+    with pytest.raises(rt.ChecksumMismatchError) as caught:
+        rt.verify_checksum(url, "00" * 20, http_options=FAST)
+    shown = f"http://user:***@127.0.0.1:{server.port}/files/m.safetensors?token=***&v=1"
+    assert str(caught.value).startswith(f"{shown}: checksum mismatch")
+    for secret in SECRETS:
+        assert secret not in str(caught.value)
+
+
+def test_an_fsspec_backend_quoting_the_password_alone_is_masked(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # fsspec's memory filesystem takes "user:s3cr3t@b" for a folder and names it so, without
+    # the scheme that would make it a URL to redact.
+    caplog.set_level(logging.DEBUG, logger="remotetensors")
+    location = "memory://user:s3cr3t@bucket/m.safetensors?token=tok123"
+    with pytest.raises(rt.NotFoundError) as caught:
+        rt.safe_open(location)
+    assert str(caught.value).startswith("memory://user:***@bucket/m.safetensors?token=***: ")
+    assert_no_secret(caught.value, caplog)
+    (result,) = rt.scan([location])
+    assert not any(secret in repr(result) for secret in SECRETS)
+
+
+def test_a_scan_masks_the_secrets_in_another_librarys_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A bug's words (or a library's) may quote the location's pieces: the result masks them.
+    async def failing(location: str, **kwargs: object) -> None:
+        raise RuntimeError(f"cannot read {location}; password s3cr3t, token tok123")
+
+    monkeypatch.setattr("remotetensors.models.scan.summarise", failing)
+    (result,) = rt.scan(["http://user:s3cr3t@h/m.safetensors?token=tok123"])
+    assert result.error == (
+        "cannot read http://user:***@h/m.safetensors?token=***; password ***, token ***"
+    )
+
+
+def test_the_command_line_masks_urls_in_an_unexpected_error(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from remotetensors.cli import main
+
+    def failing(args: object) -> int:
+        raise RuntimeError("at https://user:s3cr3t@h/m?X-Amz-Signature=sig456: boom")
+
+    monkeypatch.setattr("remotetensors.cli.info.run", failing)
+    assert main(["info", "x"]) == 1
+    err = capsys.readouterr().err
+    assert "RuntimeError: at https://user:***@h/m?X-Amz-Signature=***: boom (unexpected" in err

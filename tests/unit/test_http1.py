@@ -213,6 +213,11 @@ def our_request(target: str, fields: list[tuple[str, str]]) -> bytes | str:
         ("/a", [("Host", "h"), ("Bad Name", "x")]),
         ("/a", [("Host", "h"), ("X", "caf\u00e9")]),
         ("/a", [("Host", "[::1]:8080"), ("Authorization", "Bearer abc.def")]),
+        # Found by the fuzzer: ASCII's separators (0x1c-0x1f) are whitespace to a str regex,
+        # not to h11's bytes one.
+        ("/a", [("Host", "h"), ("X", "a\x1cb")]),
+        ("/a", [("Host", "h"), ("X", "\x1f")]),
+        ("/a", [("Host", "h"), ("X", "a\x85b")]),
     ],
 )
 def test_a_request_head_is_what_h11_sends(target: str, fields: list[tuple[str, str]]) -> None:

@@ -110,6 +110,14 @@ def test_routes(url: str, route: str) -> None:
     assert limiter_for(url).route == route
 
 
+def test_a_hosts_limiter_is_one_whoever_asks_and_named_without_credentials() -> None:
+    # Its name is logged while a request waits: a URL's password must not be in it.
+    plain = limiter_for("https://limits.example/org/name/resolve/main/x")
+    with_user = limiter_for("https://user:s3cr3t@LIMITS.example/org/name/resolve/main/x")
+    assert with_user.host is plain.host
+    assert plain.host.host == "https://limits.example"
+
+
 def test_route_of_a_path() -> None:
     assert route_of("/api/") == "api"
     assert route_of("/") == ""

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import __version__
 from ..errors import RemoteTensorsError
+from ..redact import redact_text
 from . import demo, get, info, ls, memory, params, tree
 from .options import opened, parse_slice
 
@@ -82,7 +83,7 @@ def _one_line_warnings() -> Iterator[None]:
     shown = warnings.showwarning
 
     def show(message: Warning | str, category: type[Warning], *args: Any, **kwargs: Any) -> None:
-        one_line = " ".join(str(message).split())
+        one_line = " ".join(redact_text(str(message)).split())
         print(f"remotetensors: warning: {one_line}", file=sys.stderr)
 
     warnings.showwarning = show
@@ -93,7 +94,9 @@ def _one_line_warnings() -> Iterator[None]:
 
 
 def _error(message: str) -> None:
-    one_line = " ".join(message.split())
+    # Our messages name URLs redacted already; another library's (a warning, an unexpected
+    # error, the system's) may quote one whole.
+    one_line = " ".join(redact_text(message).split())
     print(f"remotetensors: error: {one_line}", file=sys.stderr)
 
 

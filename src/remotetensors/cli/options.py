@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import RemoteTensorsError
 from ..options import ReadOptions
+from ..redact import redact_url
 
 if TYPE_CHECKING:
     from ..models.sync import Model
@@ -124,11 +125,16 @@ def open_options(args: argparse.Namespace) -> dict[str, Any]:
     )
     return {
         "revision": args.revision,
-        "token": args.token,
+        "token": _token(args.token),
         "storage_options": _storage_options(args.option) or None,
         "options": read,
         "http_options": http,
     }
+
+
+# The values of --option and --header are never quoted in a message: they carry credentials
+# (a secret key, a bearer token, a cookie). Their names are, and what is wrong with them.
+_NOT_SHOWN = "not shown: it may hold a credential"
 
 
 def _storage_options(items: list[str]) -> dict[str, Any]:
@@ -136,31 +142,67 @@ def _storage_options(items: list[str]) -> dict[str, Any]:
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key:
-            raise UsageError(f"--option wants KEY=VALUE, got {item!r}")
-        storage[key] = _option_value(value)
+            seen = f"{len(item)} characters without '='" if not sep else "no key before '='"
+            raise UsageError(f"--option wants KEY=VALUE; got {seen} ({_NOT_SHOWN})")
+        storage[key] = _option_value(key, value)
     return storage
 
 
-def _option_value(text: str) -> Any:
+def _option_value(key: str, text: str) -> Any:
     """``true``/``false``/``null`` and JSON objects and arrays as such, anything else as text.
 
     Numbers stay text: an all-digit access key must not turn into an int.
+
+    Raises:
+        UsageError: a value that starts as JSON and is not, named by ``key``.
     """
     if text in ("true", "false", "null") or text.lstrip().startswith(("{", "[")):
         try:
             return json.loads(text)
-        except ValueError:
-            raise UsageError(f"--option value {text!r} is not valid JSON") from None
+        except json.JSONDecodeError as exc:
+            raise UsageError(
+                f"--option {key}: the value is not valid JSON ({exc.msg} at character "
+                f"{exc.pos}; the value is {_NOT_SHOWN})"
+            ) from None
     return text
 
 
+def _token(token: str | None) -> str | None:
+    """``--token``, checked as the header it becomes (``Authorization: Bearer ...``).
+
+    Raises:
+        UsageError: it cannot be sent (a newline pasted with it, a space inside), not quoted.
+    """
+    from ..sources.http.head import HeadError, check_field  # here: not needed for --help
+
+    if token is not None:
+        try:
+            check_field("Authorization", f"Bearer {token}")
+        except HeadError:
+            raise UsageError(
+                "--token cannot be sent in an Authorization header: it holds a line break, "
+                f"a control character or a character that is not ASCII ({_NOT_SHOWN})"
+            ) from None
+    return token
+
+
 def _headers(items: list[str]) -> dict[str, str]:
+    from ..sources.http.head import HeadError, check_field  # here: not needed for --help
+
     headers: dict[str, str] = {}
     for item in items:
         name, sep, value = item.partition(":")
-        if not sep or not re.fullmatch(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+", name.strip()):
-            raise UsageError(f"--header wants 'NAME: VALUE', got {item!r}")
-        headers[name.strip()] = value.strip()
+        name, value = name.strip(), value.strip()
+        if not sep:
+            raise UsageError(
+                f"--header wants 'NAME: VALUE'; got {len(item)} characters without ':' "
+                f"({_NOT_SHOWN})"
+            )
+        try:
+            check_field(name, value)
+        except HeadError as exc:
+            raise UsageError(f"--header: {exc} ({_NOT_SHOWN})") from None
+        headers[name] = value
     return headers
 
 
@@ -273,7 +315,7 @@ def opened(args: argparse.Namespace) -> Iterator[Model]:
     location = args.location
     if args.file:
         location = f"{location.rstrip('/')}/{args.file.lstrip('/')}"
-    with StatusLine(location):
+    with StatusLine(redact_url(location)):
         model = open_model(location, **kwargs)
         try:
             yield model

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..errors import HeaderError, HeaderErrorKind
+from .index_json import check_shard_name
 from .safetensors import parse_header_unsized
 
 if TYPE_CHECKING:
@@ -45,8 +46,9 @@ def parse_sharded_metadata(body: bytes, *, location: str = "<bytes>") -> Sharded
     """Parse and validate the endpoint's answer.
 
     Raises:
-        HeaderError: INVALID_JSON when the answer is not of the documented shape; any kind a
-            header read from a file could fail with, naming the shard.
+        HeaderError: INVALID_JSON when the answer is not of the documented shape;
+            FILE_OUTSIDE_MODEL for a shard named outside the model (as in an index); any kind
+            a header read from a file could fail with, naming the shard.
     """
     try:
         parsed = json.loads(body)
@@ -66,6 +68,7 @@ def parse_sharded_metadata(body: bytes, *, location: str = "<bytes>") -> Sharded
         )
     parsed_headers: dict[str, FileIndex] = {}
     for shard, header in headers.items():
+        check_shard_name(shard, location=location)
         if not isinstance(header, dict):
             raise HeaderError(
                 HeaderErrorKind.INVALID_JSON,

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..errors import ChecksumMismatchError
+from ..redact import redact_url
 from ..sources.http.client import HttpOptions
 from ..sources.resolve import open_source
 from .sync import run_sync
@@ -72,7 +73,7 @@ async def verify_checksum_async(
     seen: bytes = state.digest()
     if seen != expected:
         raise ChecksumMismatchError(
-            f"{os.fspath(location)}: checksum mismatch: expected {expected.hex()}, "
+            f"{redact_url(os.fspath(location))}: checksum mismatch: expected {expected.hex()}, "
             f"the file has {seen.hex()}"
         )
     return seen

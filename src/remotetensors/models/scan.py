@@ -29,7 +29,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from ..options import DEFAULT_SCAN_CONCURRENCY, ReadOptions
-from ..redact import redact_url
+from ..redact import redact_text, redact_url, url_secrets
 from ..sources.http.client import HttpOptions
 from ..sources.ratelimit import WaitTally, tally_waits
 from .model import load_model, warn_problems
@@ -148,7 +148,8 @@ async def _one(location: str, scan_kwargs: dict[str, Any]) -> ScanResult:
     except Exception as exc:  # one bad location never stops the scan
         return ScanResult(
             shown,
-            error=str(exc) or repr(exc),
+            # Ours name the location redacted; another library's words (a bug's) may not.
+            error=redact_text(str(exc) or repr(exc), secrets=url_secrets(location)),
             error_type=type(exc).__name__,
             waited_seconds=tally.seconds,
             elapsed_seconds=time.perf_counter() - started,

@@ -47,7 +47,7 @@ from ..errors import (
     RemoteFileChangedError,
     TransportError,
 )
-from ..redact import redact_text, redact_url
+from ..redact import redact_text, redact_url, url_secrets
 from .base import ByteSource, Prefix
 from .recipe import SourceRecipe
 
@@ -157,6 +157,7 @@ class FsspecSource(ByteSource):
     ) -> None:
         self._given = url  # with its secrets: what another process must open again
         self._url = redact_url(url)  # named in every message and as the location
+        self._secrets = url_secrets(url)  # masked in the backend's words, wherever they are
         # Kept to reopen the file in another process; None when a ready filesystem was given.
         self._storage_options = None if fs is not None else dict(storage_options or {})
         if fs is None:
@@ -378,7 +379,7 @@ class FsspecSource(ByteSource):
                 f"{self._validator}, no longer matches); open it again to read the new version"
             )
         # The backend's own words may quote the URL or path with its query: redacted too.
-        said = redact_text(str(exc))
+        said = redact_text(str(exc), secrets=self._secrets)
         if isinstance(exc, FileNotFoundError):
             return NotFoundError(f"{self._url}: not found ({said})")
         if isinstance(exc, PermissionError):
@@ -401,13 +402,14 @@ def _filesystem(
         LocationError: an unknown protocol, or options the filesystem does not take.
         TransportError: the filesystem could not connect (FTP and SFTP connect right here).
     """
-    shown = redact_url(url)
+    shown, secrets = redact_url(url), url_secrets(url)
     try:
         fs, path = fsspec.core.url_to_fs(url, **dict(storage_options or {}))
     except ImportError as exc:
         raise MissingDependencyError(f"{shown}: {_install_hint(exc)}") from exc
     except OSError as exc:
-        raise TransportError(f"{shown}: cannot connect: {redact_text(str(exc))}") from exc
+        said = redact_text(str(exc), secrets=secrets)
+        raise TransportError(f"{shown}: cannot connect: {said}") from exc
     except Exception as exc:
         if "Protocol not known" in str(exc):
             protocol = url.split("://", 1)[0]
@@ -415,8 +417,9 @@ def _filesystem(
                 f"{shown}: unknown protocol {protocol!r}; expected hf://, http(s)://, s3://, "
                 "another fsspec protocol, file:// or a local path"
             ) from exc
+        said = redact_text(str(exc), secrets=secrets)
         raise LocationError(
-            f"{shown}: cannot set up its filesystem: {type(exc).__name__}: {redact_text(str(exc))}"
+            f"{shown}: cannot set up its filesystem: {type(exc).__name__}: {said}"
         ) from exc
     return fs, path
 

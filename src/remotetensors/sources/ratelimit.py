@@ -430,7 +430,8 @@ def limiter_for(url: str) -> RouteLimiter:
     """The process-wide limiter of ``url``'s host, for ``url``'s route (created on first
     use)."""
     parts = urlsplit(url)
-    host = f"{parts.scheme.lower()}://{parts.netloc.lower()}"
+    # Without userinfo: a host's limits are the host's whoever asks, and the key is logged.
+    host = f"{parts.scheme.lower()}://{parts.netloc.rpartition('@')[2].lower()}"
     with _registry_lock:
         limiter = _registry.get(host)
         if limiter is None:

@@ -114,6 +114,10 @@ class HttpPlace(Place):
     def _source(self, name: str) -> ByteSource:
         return open_source(self._url(name), http_options=self.http_options, client=self.client)
 
+    def __repr__(self) -> str:
+        # Not the dataclass's: the base may hold a password, the queries signatures.
+        return f"HttpPlace({redact_url(self.base)!r})"
+
 
 @dataclass
 class FsspecPlace(Place):
@@ -138,6 +142,10 @@ class FsspecPlace(Place):
 
     def _source(self, name: str) -> ByteSource:
         return open_source(self._url(name), storage_options=self.storage_options)
+
+    def __repr__(self) -> str:
+        # Not the dataclass's: the storage options hold credentials, the queries signatures.
+        return f"FsspecPlace({redact_url(self.base)!r})"
 
     async def list_files(self) -> list[str] | None:
         import asyncio

@@ -10,12 +10,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING
 
 import httpx
 
+from ...redact import REDACTED
 from .direct import RawRangeClient
+from .head import HeadError, check_field
 from .tls import shared_ssl_context
 
 if TYPE_CHECKING:
@@ -35,7 +37,9 @@ class HttpOptions:
         max_retry_after_seconds: a ``Retry-After`` longer than this fails at once instead of
             waiting.
         max_connections: connections kept to all hosts by a client this source creates.
-        headers: extra request headers (for example ``Authorization``).
+        headers: extra request headers (for example ``Authorization``): names that are tokens,
+            values of visible ASCII characters and inner spaces or tabs, checked here once for
+            both transports. Their values never appear in a repr or an error message.
         accept_whole_body_below_bytes: opt-in: when a server ignores ``Range`` and the whole
             file is smaller than this, use the whole body instead of failing. 0 (the default)
             never accepts a whole body.
@@ -65,6 +69,10 @@ class HttpOptions:
             ``CURL_CA_BUNDLE``) and of certifi's bundle; see :mod:`.tls`. A handshake that
             fails verification raises :class:`~remotetensors.TlsError` at once (not retried).
             A client the caller passes keeps its own ``verify``.
+
+    Raises:
+        ValueError: on construction, for a header that cannot be sent (named; its value is
+            not shown).
     """
 
     connect_timeout_seconds: float = 10.0
@@ -82,6 +90,27 @@ class HttpOptions:
     request_deadline_seconds: float | None = None
     direct_reads: bool = True
     ca_bundle: str | os.PathLike[str] | None = None
+
+    def __post_init__(self) -> None:
+        # Checked before any request: httpx's own refusal of a value (h11's) quotes it, and a
+        # header's value is often a credential.
+        for name, value in self.headers.items():
+            try:
+                check_field(name, value)
+            except HeadError as exc:
+                raise ValueError(
+                    f"HttpOptions(headers=...): {exc} (the value is not shown: it may be a "
+                    "credential)"
+                ) from None
+
+    def __repr__(self) -> str:
+        """Every field, with the headers' values masked: they carry credentials."""
+        masked = dict.fromkeys(self.headers, REDACTED)
+        shown = (
+            f"{f.name}={masked if f.name == 'headers' else getattr(self, f.name)!r}"
+            for f in fields(self)
+        )
+        return f"HttpOptions({', '.join(shown)})"
 
     def new_client(self) -> HttpClient:
         """A client configured with these options (close it with ``aclose``)."""

@@ -39,7 +39,9 @@ _OBS_FOLD = re.compile(rb"[ \t]+")
 _BLANK_LINE = re.compile(rb"\n\r?\n")
 _CONTENT_LENGTH = re.compile(rb"[0-9]+")
 _NAME = re.compile(_TOKEN.decode())
-_VALUE = re.compile(_FIELD_VALUE.decode())
+# ASCII: as h11's bytes pattern, whose \s is space, tab, CR, LF, VT and FF only; a str
+# pattern's \s would also take 0x1c-0x1f for whitespace and refuse a value h11 sends.
+_VALUE = re.compile(_FIELD_VALUE.decode(), re.ASCII)
 _TARGET = re.compile(r"[\x21-\x7e]+")
 
 
@@ -134,14 +136,29 @@ def request_head(target: str, fields: list[tuple[str, str]]) -> bytes:
         raise HeadError(f"a request head must be ASCII: {exc}") from None
 
 
+def check_field(name: str, value: str) -> None:
+    """Whether ``name: value`` can be sent as it is, by these rules and h11's: a token for a
+    name; visible ASCII characters and inner spaces or tabs for a value.
+
+    Raises:
+        HeadError: naming the header and what is wrong, never quoting the value (it may be a
+            credential: ``Authorization``, a cookie, an API key).
+    """
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        raise HeadError(f"illegal header name {name!r}")
+    if not isinstance(value, str):
+        raise HeadError(f"the value of header {name!r} is a {type(value).__name__}, not a str")
+    if not value.isascii():
+        raise HeadError(f"the value of header {name!r} is not ASCII")
+    if not _VALUE.fullmatch(value):
+        what = "CR or LF" if "\r" in value or "\n" in value else "illegal characters"
+        raise HeadError(f"{what} in the value of header {name!r}")
+
+
 @functools.lru_cache(maxsize=1024)
 def _field_line(name: str, value: str) -> str:
     """``name: value``, checked (cached: most fields repeat on every request of a client)."""
-    if not _NAME.fullmatch(name):
-        raise HeadError(f"illegal header name {name!r}")
-    if not _VALUE.fullmatch(value):
-        # The value is not quoted: it may be a credential (Authorization, a cookie).
-        raise HeadError(f"illegal characters in the value of header {name!r}")
+    check_field(name, value)
     return f"{name}: {value}"
 
 
