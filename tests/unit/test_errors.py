@@ -74,6 +74,7 @@ PUBLIC_NAMES = {
     "NotFoundError",
     "PermissionDeniedError",
     "RangeNotSupportedError",
+    "RedirectError",
     "RemoteFileChangedError",
     "RemoteTensorsError",
     "RequestTimeoutError",
