@@ -3,7 +3,9 @@
 A :class:`RawServer` accepts connections on a free loopback port (IPv4 or IPv6), reads each
 request head, records it, and lets a handler write whatever bytes it likes: interim 1xx
 answers, bare-LF or folded headers, a body cut after a few bytes, a trickle, a redirect loop.
-Each connection runs on a thread of its own; :meth:`RawServer.stop` closes every socket.
+Each connection runs on a thread of its own; :meth:`RawServer.stop` closes every socket. Given a
+server-side ``tls`` context, a server speaks HTTPS (see ``tests/certificates.py`` for a CA made
+in the test).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import itertools
 import re
 import select
 import socket
+import ssl
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -44,10 +47,14 @@ Handler = Callable[[Request, int], Reply]
 
 
 class RawServer:
-    """A loopback server whose answers are written by ``handler``; counts its requests."""
+    """A loopback server whose answers are written by ``handler``; counts its requests.
+    With ``tls``, every connection is wrapped in it (its handshake on the connection's thread)."""
 
-    def __init__(self, handler: Handler, *, host: str = "127.0.0.1") -> None:
+    def __init__(
+        self, handler: Handler, *, host: str = "127.0.0.1", tls: ssl.SSLContext | None = None
+    ) -> None:
         self.handler = handler
+        self.tls = tls
         self.requests: list[Request] = []
         self.connections = 0
         self._lock = threading.Lock()
@@ -60,7 +67,7 @@ class RawServer:
         self._listener.settimeout(0.1)
         self.port = self._listener.getsockname()[1]
         authority = f"[{host}]" if family == socket.AF_INET6 else host
-        self.url = f"http://{authority}:{self.port}"
+        self.url = f"{'https' if tls else 'http'}://{authority}:{self.port}"
         self._connections: list[socket.socket] = []
         self._threads: list[threading.Thread] = []
         accept = threading.Thread(target=self._accept, daemon=True)
@@ -87,6 +94,10 @@ class RawServer:
     def _serve(self, conn: socket.socket) -> None:
         buffered = b""
         try:
+            if self.tls is not None:
+                conn = self.tls.wrap_socket(conn, server_side=True)
+                with self._lock:
+                    self._connections.append(conn)
             while not self.stopping.is_set():
                 while b"\r\n\r\n" not in buffered:
                     chunk = conn.recv(65536)

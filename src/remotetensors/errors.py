@@ -279,6 +279,13 @@ class RangeNotSupportedError(BadResponseError):
     """The server ignored ``Range`` and started sending the whole file (HTTP 200)."""
 
 
+class RedirectError(BadResponseError):
+    """A redirect that is not followed: from ``https`` to ``http`` (a downgrade), to a scheme
+    other than ``http(s)``, to an invalid URL, back to a URL already asked (a loop), or one hop
+    more than the bound (see :data:`remotetensors.sources.http.policy.MAX_REDIRECTS`). The
+    message names the URL redirected from and the URL it led to, their secrets masked."""
+
+
 class ChecksumMismatchError(RemoteTensorsError, ValueError):
     """A file's digest differs from the one it was expected to have."""
 

@@ -88,6 +88,7 @@ PUBLIC_NAMES = {
     "NotFoundError",
     "PermissionDeniedError",
     "RangeNotSupportedError",
+    "RedirectError",
     "RemoteFileChangedError",
     "RemoteTensorsError",
     "RequestTimeoutError",

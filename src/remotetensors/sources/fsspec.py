@@ -25,13 +25,24 @@ allows (a changed file raises :class:`RemoteFileChangedError`, never mixes versi
   The guarantee is only as fine as those fields: a modification time that does not move
   between two writes in one clock tick, or a backend that reports nothing but the size (then
   only a change of size is detected), lets a rewrite between two reads go unseen.
+
+fsspec's HTTP filesystem follows redirects through aiohttp, which forwards every header but
+``Authorization``, ``Cookie`` and ``Proxy-Authorization`` to another origin and follows ``https``
+to ``http``. The requests this source makes it send (``info``, ``cat_file``) carry a client
+middleware (aiohttp 3.12 and later) that holds each hop to the rules of every other HTTP request
+here (:func:`_http_guard`): no redirect from ``https`` to ``http``, to another scheme or in a
+loop (:func:`.http.answer.follow`), no header but the harmless ones to another origin than the
+file's, no ``Proxy-Authorization`` to any (:func:`.http.policy.carried`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
+import inspect
 import re
-from collections.abc import Iterator
+import sys
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -44,11 +55,14 @@ from ..errors import (
     MissingDependencyError,
     NotFoundError,
     PermissionDeniedError,
+    RedirectError,
     RemoteFileChangedError,
     TransportError,
 )
 from ..redact import redact_text, redact_url, url_secrets
 from .base import ByteSource, Prefix
+from .http.answer import Failed, follow
+from .http.policy import carried, origin
 from .recipe import SourceRecipe
 
 if TYPE_CHECKING:
@@ -228,7 +242,12 @@ class FsspecSource(ByteSource):
         """
         if self._conditions is not None:
             data = await self._call(
-                "cat_file", self._path, start=start, end=end, **self._conditions
+                "cat_file",
+                self._path,
+                start=start,
+                end=end,
+                **self._conditions,
+                **self._http_rules(),
             )
         else:
             data, info = await self._cat_then_info(start, end)
@@ -245,7 +264,9 @@ class FsspecSource(ByteSource):
             NotFoundError: the file is gone; and what :meth:`_translate` makes of the rest.
         """
         if self._is_async():
-            data = await self._call("cat_file", self._path, start=start, end=end)
+            data = await self._call(
+                "cat_file", self._path, start=start, end=end, **self._http_rules()
+            )
             return data, await self._fresh_info()
 
         def both() -> tuple[bytes, dict[str, Any]]:
@@ -261,7 +282,12 @@ class FsspecSource(ByteSource):
     async def _fresh_info(self) -> dict[str, Any]:
         """``info`` of the file as the backend has it now, not as a cached listing had it."""
         self._fs.invalidate_cache(self._path)
-        info: dict[str, Any] = await self._call("info", self._path)
+        # fsspec's HTTP info passes the filesystem's own keywords besides these: a middleware
+        # the caller configured there would be given twice, so it stands alone then.
+        mine = "middlewares" not in getattr(self._fs, "kwargs", {})
+        info: dict[str, Any] = await self._call(
+            "info", self._path, **(self._http_rules() if mine else {})
+        )
         return info
 
     def _check_version(self, info: Mapping[str, Any]) -> None:
@@ -290,6 +316,15 @@ class FsspecSource(ByteSource):
         headers = dict(getattr(self._fs, "kwargs", {}).get("headers") or {})
         headers["If-Match"] = etag
         return {"headers": headers}
+
+    def _http_rules(self) -> dict[str, Any]:
+        """Keywords of one call of fsspec's HTTP filesystem that hold its requests to the rules
+        of every HTTP request (:func:`_http_guard`), after the caller's own middlewares; none
+        for another filesystem, or an aiohttp without client middlewares (before 3.12)."""
+        if type(self._fs).__name__ != "HTTPFileSystem" or not _aiohttp_has_middlewares():
+            return {}
+        own = tuple(getattr(self._fs, "kwargs", {}).get("middlewares") or ())
+        return {"middlewares": (*own, _http_guard(self._path, self._url))}
 
     def _check_length(self, data: bytes, start: int, end: int) -> None:
         if len(data) != end - start:
@@ -373,6 +408,9 @@ class FsspecSource(ByteSource):
         return response, data
 
     def _translate(self, exc: Exception) -> Exception:
+        refused = next((e for e in _chain(exc) if isinstance(e, RedirectError)), None)
+        if refused is not None:  # our guard's, under aiohttp's ClientOSError (and fsspec's 404)
+            return refused
         if _refused_precondition(exc):
             return RemoteFileChangedError(
                 f"{self._url}: the file changed since it was opened (the version opened, "
@@ -390,6 +428,47 @@ class FsspecSource(ByteSource):
         if isinstance(exc, (BadResponseError, RemoteFileChangedError)):
             return exc
         return TransportError(f"{self._url}: {type(exc).__name__}: {said}")
+
+
+Middleware = Callable[[Any, Any], Awaitable[Any]]
+"""An aiohttp client middleware: ``(request, handler) -> response``."""
+
+
+def _http_guard(named: str, shown: str) -> Middleware:
+    """An aiohttp client middleware for the requests of one call of fsspec's HTTP filesystem
+    about the file at ``named`` (``shown`` in messages).
+
+    aiohttp follows redirects and calls it once per hop, before the hop is sent: it refuses a
+    hop that :func:`.http.answer.follow` refuses (raising :class:`RedirectError`), and drops
+    the headers that :func:`.http.policy.carried` does not send to the hop's origin (``Host``
+    is the hop's own, set by aiohttp). The hops of one method are one chain: fsspec's ``info``
+    sends a HEAD, then a GET from the start when the HEAD told no size.
+    """
+    chains: dict[str, list[str]] = {}
+
+    async def guard(request: Any, handler: Any) -> Any:
+        url = str(request.url)
+        chain = chains.setdefault(str(request.method), [])
+        if chain:
+            step = follow(chain[-1], url, tuple(chain[:-1]), shown)
+            if isinstance(step, Failed):
+                raise step.error
+        chain.append(url)
+        fields = [(str(name), str(value)) for name, value in request.headers.items()]
+        kept = {name.lower() for name, _ in carried(fields, foreign=origin(url) != origin(named))}
+        for name in {name for name, _ in fields if name.lower() not in kept | {"host"}}:
+            request.headers.popall(name, None)
+        return await handler(request)
+
+    return guard
+
+
+@functools.cache
+def _aiohttp_has_middlewares() -> bool:
+    """Whether the aiohttp that fsspec's HTTP filesystem uses takes client middlewares."""
+    aiohttp = sys.modules.get("aiohttp")
+    session = getattr(aiohttp, "ClientSession", None)
+    return session is not None and "middlewares" in inspect.signature(session._request).parameters
 
 
 def _filesystem(

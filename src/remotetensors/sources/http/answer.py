@@ -11,9 +11,10 @@ what it is:
   :class:`RangeNotSupportedError`, its body never read;
 - :class:`Empty`: an empty file (a first 416 with ``Content-Range: bytes */0``, or a first 200
   from 0 with ``Content-Length: 0``);
-- :class:`Follow`: a redirect the source follows itself (the first request, when the
-  transport follows none); a redirect met on a later request is a :class:`Retry` through the
-  transport that follows them (``moved``);
+- :class:`Follow`: a redirect to follow (no transport follows any itself: every hop, on the
+  first request and on later ones, is judged here by :func:`follow`, and its headers chosen by
+  :func:`.policy.headers_for`); a redirect that must not be followed is :class:`Failed` with a
+  :class:`~remotetensors.errors.RedirectError`;
 - :class:`Retry`: 408, 429 and 5xx, with the wait that ``Retry-After`` asks for;
 - :class:`Reresolve`: a redirected URL that stopped working (401/403/404/410, as an expired
   signed URL does): the URL named is resolved again;
@@ -26,6 +27,7 @@ answer's body holds none of the file's bytes.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -36,13 +38,14 @@ from ...errors import (
     NotFoundError,
     PermissionDeniedError,
     RangeNotSupportedError,
+    RedirectError,
     RemoteFileChangedError,
     TransportError,
 )
 from ...redact import redact_url
 from .head import ResponseHeaders, announced_length
 from .pin import VersionPin
-from .policy import RETRY_STATUSES, retry_after
+from .policy import MAX_REDIRECTS, RETRY_STATUSES, retry_after
 from .transport import Head
 
 if TYPE_CHECKING:
@@ -50,13 +53,14 @@ if TYPE_CHECKING:
 
 _CONTENT_RANGE = re.compile(r"^\s*bytes\s+(\d+)-(\d+)/(\d+|\*)\s*$", re.IGNORECASE)
 _UNSATISFIED_RANGE = re.compile(r"^\s*bytes\s+\*/(\d+)\s*$", re.IGNORECASE)
-_REDIRECTS = frozenset({301, 302, 303, 307, 308})
+REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
+"""The answers whose ``Location`` is followed (a GET stays a GET after any of them)."""
 _RERESOLVE_STATUSES = frozenset({401, 403, 404, 410})
 
 
 class Asked(NamedTuple):
-    """One request: bytes ``[start, end)``, the file's first request or a later one, and
-    whether the transport that sent it followed redirects itself.
+    """One request: bytes ``[start, end)``, the file's first request or a later one, and the
+    URLs it was redirected from so far, oldest first (``()`` before any redirect).
 
     On the first request ``end`` may lie beyond the file: the answer then stops at its end.
     (This and the decisions are named tuples: immutable, and a third of a frozen dataclass's
@@ -65,7 +69,7 @@ class Asked(NamedTuple):
     start: int
     end: int
     first: bool
-    follows_redirects: bool
+    visited: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,19 +102,18 @@ class Empty(NamedTuple):
 
 
 class Follow(NamedTuple):
-    """A redirect to follow, to ``url`` (a relative ``Location`` joined as httpx does)."""
+    """A redirect to follow, to ``url`` (a relative ``Location`` joined as httpx does), which
+    :func:`follow` allowed."""
 
     url: str
 
 
 class Retry(NamedTuple):
     """A failure worth another attempt: after ``wait_seconds`` (from ``Retry-After``) or a
-    backoff; ``moved`` when a resolved URL redirected, to be followed by a transport that
-    follows redirects."""
+    backoff."""
 
     reason: str
     wait_seconds: float | None
-    moved: bool = False
 
 
 class Reresolve(NamedTuple):
@@ -137,6 +140,9 @@ Decision = Partial | Whole | Empty | Follow | Retry | Reresolve | Refused | Fail
 def decide(head: Head, asked: Asked, pin: VersionPin, terms: Terms) -> Decision:
     """What the answer ``head`` to ``asked`` means (see the module), its body not yet read.
 
+    A redirect (a 3xx of :data:`REDIRECT_STATUSES` with a ``Location``) is judged by
+    :func:`follow`, on the first request and on later ones alike; another 3xx is refused.
+
     Raises:
         BadResponseError: a 206 or 200 whose head does not fit the request (a wrong or missing
             ``Content-Range``, an encoded body).
@@ -150,11 +156,8 @@ def decide(head: Head, asked: Asked, pin: VersionPin, terms: Terms) -> Decision:
         return _whole(headers, asked, terms)
     if status == 416 and asked.first:
         return _empty(headers, terms.shown)
-    if not asked.follows_redirects and 300 <= status < 400:
-        if asked.first and status in _REDIRECTS and "Location" in headers:
-            return _follow(url, headers["Location"], terms.shown)
-        if not asked.first:
-            return Retry(f"HTTP {status} redirect from a resolved URL", 0.0, moved=True)
+    if status in REDIRECT_STATUSES and "Location" in headers:
+        return follow(url, headers["Location"], asked.visited, terms.shown)
     if status in RETRY_STATUSES:
         return retry_of(status, headers, url, terms.options)
     if status == 412:
@@ -259,24 +262,62 @@ def _empty(headers: ResponseHeaders, shown: str) -> Empty | Failed:
     return Empty(body=False)
 
 
-def _follow(url: str, location: str, shown: str) -> Follow | Failed:
-    """Where a redirect from ``url`` leads (a relative ``Location`` joined as httpx does)."""
+def follow(url: str, location: str, visited: Sequence[str], shown: str) -> Follow | Failed:
+    """Whether a redirect from ``url`` to ``location`` (relative ones joined as httpx does) is
+    followed, ``visited`` being the URLs this request was redirected from before ``url``
+    (oldest first); ``shown`` names the file in messages. The one judge of redirects for every
+    request and transport (a file's reads, the hub's API, fsspec's HTTP filesystem).
+
+    Followed: a redirect to an ``http`` or ``https`` URL, unless it is refused (a
+    :class:`Failed` with a :class:`~remotetensors.errors.RedirectError` naming both URLs,
+    redacted) because it
+
+    - leads from ``https`` to ``http``: a downgrade would send the request, and whatever it
+      carries, in clear text, and take bytes anyone on the way could change;
+    - leads to another scheme (``ftp:``, ``file:``, ``data:``), to no host, or to no valid URL;
+    - leads back to a URL already asked in this request: a loop, which no count need wait for;
+    - would be redirect number ``MAX_REDIRECTS + 1`` (:data:`.policy.MAX_REDIRECTS`).
+
+    Which headers the next hop carries is :func:`.policy.headers_for`'s decision.
+    """
+    source = redact_url(url)
     try:
-        target = httpx.URL(url).join(location)
+        here = httpx.URL(url)
+        target = here.join(location)
     except httpx.InvalidURL as exc:
-        return Failed(
-            BadResponseError(
-                f"{shown}: redirected to an invalid URL ({exc}) from {redact_url(url)}"
-            )
-        )
+        return _refused(f"{shown}: redirected from {source} to an invalid URL ({exc})")
+    where = str(target)
+    step = f"from {source} to {redact_url(where)}"
     if target.scheme not in ("http", "https") or not target.host:
-        return Failed(
-            BadResponseError(
-                f"{shown}: redirected to a URL that cannot be fetched over HTTP(S) "
-                f"({redact_url(str(target))})"
-            )
+        return _refused(
+            f"{shown}: a redirect {step} was not followed: only http and https URLs are fetched"
         )
-    return Follow(str(target))
+    if target.scheme == "http" and here.scheme == "https":
+        return _refused(
+            f"{shown}: a redirect {step} was not followed: an https request is never "
+            "downgraded to plain http, where it would cross the network in clear text; ask the "
+            "server's owner to redirect to https"
+        )
+    if where == str(here) or where in {_normal(seen) for seen in visited}:
+        return _refused(f"{shown}: a redirect loop: {step}, a URL already asked for")
+    if len(visited) >= MAX_REDIRECTS:
+        return _refused(
+            f"{shown}: more than {MAX_REDIRECTS} redirects (the last {step}); a chain this "
+            "long is taken for a loop"
+        )
+    return Follow(where)
+
+
+def _refused(message: str) -> Failed:
+    return Failed(RedirectError(message))
+
+
+def _normal(url: str) -> str:
+    """``url`` as httpx writes it (the form :func:`follow` returns), to compare URLs asked."""
+    try:
+        return str(httpx.URL(url))
+    except httpx.InvalidURL:
+        return url
 
 
 def _check_identity(headers: ResponseHeaders, shown: str) -> None:

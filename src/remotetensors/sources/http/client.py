@@ -39,7 +39,12 @@ class HttpOptions:
         max_connections: connections kept to all hosts by a client this source creates.
         headers: extra request headers (for example ``Authorization``): names that are tokens,
             values of visible ASCII characters and inner spaces or tabs, checked here once for
-            both transports. Their values never appear in a repr or an error message.
+            both transports. Their values never appear in a repr or an error message. They
+            are sent to the origin of the URL named; a redirect to another origin carries only
+            the harmless ones (:data:`.policy.CARRIED_ACROSS_ORIGINS`: ``Range``, ``If-*``,
+            ``Accept*``, ``User-Agent``, ``Cache-Control``), and ``Proxy-Authorization`` is
+            never sent (a proxy's credentials go in its URL,
+            ``HTTPS_PROXY=http://user:password@host:port``).
         accept_whole_body_below_bytes: opt-in: when a server ignores ``Range`` and the whole
             file is smaller than this, use the whole body instead of failing. 0 (the default)
             never accepts a whole body.
@@ -182,7 +187,9 @@ class HttpClient:
                     max_connections=options.max_connections,
                     max_keepalive_connections=options.max_connections,
                 ),
-                follow_redirects=True,
+                # Redirects are followed by the source, hop by hop, under the rules of every
+                # path (see .policy and .answer.follow); httpx's own following breaks them.
+                follow_redirects=False,
                 verify=shared_ssl_context(options.ca_bundle),
             )
         return self._httpx

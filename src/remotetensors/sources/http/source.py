@@ -6,9 +6,15 @@ What this source guarantees (see ``reference/remote-io.md`` for why each rule ex
   ``Content-Range`` matches the request and whose body has exactly the asked length is used;
 - a 200 to a ranged request is abandoned at once (the connection is closed, the body not read)
   and raises :class:`RangeNotSupportedError`, unless the caller opted in to small whole bodies;
-- redirects are followed on the first request (by httpx, or by this module when the request goes
-  direct: at most 20 hops, relative ``Location`` resolved as httpx does, credentials kept for the
-  URL's own origin); later requests go straight to the final URL, and if that URL stops working
+- redirects are followed by this module, hop by hop, whichever transport carries the request
+  (:func:`.answer.follow`: at most :data:`.policy.MAX_REDIRECTS` hops, a relative ``Location``
+  resolved as httpx does; a loop, a downgrade from ``https`` to ``http`` or another scheme is a
+  :class:`RedirectError`); a hop to another origin than the URL named carries none of the
+  caller's headers but the harmless ones (:func:`.policy.headers_for`: ``Range``, the
+  validators, ``Accept*``, ``User-Agent``), so credentials (``Authorization``, the hub's token,
+  an ``X-Api-Key``, a ``Cookie``) stay with the origin they were given for, and
+  ``Proxy-Authorization`` is never sent to an origin. Later requests go straight to the final
+  URL (a redirect met there is followed by the same rules), and if that URL stops working
   (401/403/404/410, as an expired signed URL does) the original URL is resolved once more;
 - the first response's validators are kept: a strong ETag is sent as ``If-Match`` on later
   requests (else ``Last-Modified`` as ``If-Unmodified-Since``), and every later answer must carry
@@ -70,7 +76,7 @@ from .client import Client, HttpClient, HttpOptions, turn_of
 from .direct import RawRangeClient
 from .head import ResponseHeaders
 from .pin import VersionPin
-from .policy import backoff_seconds, gave_up
+from .policy import backoff_seconds, carried, gave_up, origin
 from .selfcancel import withdraw_own_cancel
 from .tls import tls_error
 from .transport import (
@@ -88,9 +94,6 @@ from .via_direct import DirectTransport
 from .via_httpx import HttpxTransport
 
 __all__ = ["HttpSource"]
-
-_MAX_REDIRECTS = 20  # as httpx's default
-_A_REDIRECT = 302  # the status shown for a followed hop (a transport keeps only its headers)
 
 
 class _Retry(Exception):
@@ -145,6 +148,7 @@ class HttpSource(ByteSource):
     ) -> None:
         self._given_url = url  # with its userinfo: what another process must open again
         self._url, self._basic_auth = _split_userinfo(url)
+        self._origin = origin(self._url)  # where the caller's credentials may go
         self._shown = redact_url(url)
         self._options = options or HttpOptions()
         self._terms = Terms(self._url, self._shown, self._options)
@@ -154,7 +158,7 @@ class HttpSource(ByteSource):
         self._reresolved = False  # a file's redirect is resolved again at most once
         self._pin = VersionPin()
         self._whole_body: bytes | None = None
-        self._verified = False  # _data_url answered a ranged GET itself (no redirect pending)
+        self._verified = False  # _data_url answered a ranged GET (a caller's client: go direct)
         self._raw: RawRangeClient | None = None
         self._proxied: bool | None = None  # a proxy in the environment (a caller's client)
         self._distrusted = False  # the direct reader failed TLS where a caller's client did not
@@ -194,10 +198,7 @@ class HttpSource(ByteSource):
         """The direct reader, when it may serve the next request (see ``direct_reads``)."""
         client = self._http()
         if isinstance(client, HttpClient):
-            if not client.goes_direct:
-                return None
-            # A redirect met on a later request is left to httpx (see answer.Retry.moved).
-            return client.direct if first or self._verified else None
+            return client.direct if client.goes_direct else None
         if first or not self._verified or self._distrusted:
             return None  # a caller's own client sees every first request: its auth, its hooks
         if self._proxied is None:  # read once, as for a client remotetensors makes
@@ -221,17 +222,6 @@ class HttpSource(ByteSource):
         if kept is None or kept[0] != url:
             kept = self._limiter = (url, limiter_for(url))
         return kept[1]
-
-    def _observe_limits(self, head: Head, url: str) -> None:
-        """Show an answer to the rate limiters. When the transport followed redirects from
-        ``url``, the first hop is the answer of ``url``'s host (the hub's redirect, with the
-        ``RateLimit`` fields of its download policy) and the final answer is of another host:
-        each goes to its own host's limiter (the hosts of hops between are not known)."""
-        if not head.hops or head.url == url:
-            self._limiter_of(url).observe(head.status, head.headers)
-            return
-        self._limiter_of(url).observe(_A_REDIRECT, head.hops[0])
-        self._limiter_of(head.url).observe(head.status, head.headers)
 
     def _transport(self, *, first: bool) -> Transport:
         """The direct reader where :meth:`_direct` allows it, else httpx."""
@@ -423,17 +413,21 @@ class HttpSource(ByteSource):
         via = f" (via {redact_url(self._data_url)})" if self._data_url != self._url else ""
         return gave_up(f"{self._shown}{via}", failure.reason, attempts, timed_out=failure.timed_out)
 
-    def _headers(self, start: int, end: int, *, first: bool) -> dict[str, str]:
-        # Credentials are for the URL the user named, never for where it redirected to (a CDN).
-        # So is the userinfo of the URL, sent as Basic auth unless an Authorization is given.
-        same_origin = self._data_url == self._url or _origin(self._data_url) == _origin(self._url)
-        headers = dict(self._options.headers) if same_origin else {}
-        if (
-            same_origin
-            and self._basic_auth
-            and not any(name.lower() == "authorization" for name in headers)
-        ):
-            headers["Authorization"] = self._basic_auth
+    def _foreign(self, url: str) -> bool:
+        """Whether ``url`` (where the URL named redirected to) is of another origin."""
+        return url != self._url and origin(url) != self._origin
+
+    def _headers(self, start: int, end: int, *, first: bool, foreign: bool) -> dict[str, str]:
+        """The headers of a request to the URL named or where it redirected to, ``foreign``
+        when that is another origin.
+
+        The caller's headers, and the URL's userinfo as Basic auth unless an ``Authorization``
+        is given, are for the origin of the URL named: another origin (a CDN) gets only the
+        harmless ones (:func:`.policy.headers_for`'s rule, :func:`.policy.carried`)."""
+        given = self._options.headers
+        if self._basic_auth and not any(name.lower() == "authorization" for name in given):
+            given = {**given, "Authorization": self._basic_auth}
+        headers = dict(carried(given.items(), foreign=foreign))
         headers["Range"] = ByteRange(start, end).header_value()
         headers["Accept-Encoding"] = "identity"
         if not first:
@@ -445,8 +439,8 @@ class HttpSource(ByteSource):
     async def _one_request(
         self, start: int, end: int, buffer: memoryview, *, first: bool, meter: Meter
     ) -> int:
-        """One attempt, through the transport :meth:`_transport` picks; on the first request,
-        the redirects that the transport leaves are followed here (at most 20 hops).
+        """One attempt, through the transport :meth:`_transport` picks, following redirects
+        hop by hop (:func:`.answer.follow` judges each, :meth:`_headers` chooses its headers).
 
         Every answer is judged from its head (:func:`.answer.decide`), which says where its body
         goes: a 206 that matches the request into ``buffer``; a first 200 accepted whole into a
@@ -454,18 +448,16 @@ class HttpSource(ByteSource):
         keep its connection), and a head that cannot be used leaves its body unread.
         """
         transport = self._transport(first=first)
-        asked = Asked(start, end, first, transport.follows_redirects)
+        asked = Asked(start, end, first)
         url = self._data_url
         answers: list[tuple[Head, Decision | Exception]] = []  # the answer to the current hop
         whole: list[bytearray] = []
 
         def accept(head: Head) -> memoryview | Discard | None:
             try:  # nothing may escape: the direct reader calls this from its protocol
-                self._observe_limits(head, url)
-                if head.url != url:  # the transport followed redirects
-                    self._data_url = head.url
+                self._limiter_of(head.url).observe(head.status, head.headers)
                 if first:
-                    self.first_responses += [*head.hops, head.headers]
+                    self.first_responses.append(head.headers)
                 self._check_answer(head)
                 decision = decide(head, asked, self._pin, self._terms)
             except Exception as exc:  # a head that cannot be used: its body stays unread
@@ -486,12 +478,17 @@ class HttpSource(ByteSource):
         async with turn_of(self._http()):
             if first:
                 self.first_responses = []
-            for _ in range(_MAX_REDIRECTS + 1):
+            while True:  # follow() refuses a redirect past MAX_REDIRECTS
                 url = self._data_url
+                foreign = self._foreign(url)
                 answers.clear()
                 try:
                     body_read = await transport.get(
-                        url, self._headers(start, end, first=first), accept, meter
+                        url,
+                        self._headers(start, end, first=first, foreign=foreign),
+                        accept,
+                        meter,
+                        foreign=foreign,
                     )
                 except Interrupted as exc:
                     # Only a 206's body went into the caller's buffer: a resume starts after
@@ -516,13 +513,10 @@ class HttpSource(ByteSource):
                 if isinstance(decision, Exception):
                     raise decision
                 if isinstance(decision, Follow):
+                    asked = asked._replace(visited=(*asked.visited, url))
                     self._data_url = decision.url
                     continue
                 return self._conclude(decision, head, body_read, start, end, buffer, whole)
-        raise BadResponseError(
-            f"{self._shown}: more than {_MAX_REDIRECTS} redirects (a redirect loop?); last URL "
-            f"{redact_url(self._data_url)}"
-        )
 
     def _conclude(
         self,
@@ -555,8 +549,6 @@ class HttpSource(ByteSource):
             self._pin.adopt(0, headers)
             return 0
         if isinstance(decision, Retry):
-            if decision.moved:
-                self._verified = False  # the URL moved: let a transport that follows it go
             raise _Retry(decision.reason, decision.wait_seconds)
         if isinstance(decision, Reresolve):
             raise _Reresolve(decision.status, head.url)
@@ -572,7 +564,7 @@ class HttpSource(ByteSource):
         which verifies with our CAs rather than the client's ``verify``, failed a later
         request. The rest of the file is then read through the caller's client, once more
         now (a retry without a wait)."""
-        if not isinstance(self._http(), HttpClient) and not transport.follows_redirects:
+        if not isinstance(self._http(), HttpClient) and isinstance(transport, DirectTransport):
             self._distrusted = True
             return _Retry(
                 f"TLS with {failed.origin} failed on the direct reader "
@@ -588,7 +580,7 @@ class HttpSource(ByteSource):
         return status_error(status, url, headers, self._shown)
 
     def _check_answer(self, head: Head) -> None:
-        """Called with every answer's head (its redirects' headers in ``head.hops``) before
+        """Called with every answer's head (a redirect's too) before
         :func:`.answer.decide` judges it; raising refuses the answer, its body unread. Nothing
         here: a source that learns more from answers checks it (see HubSource's commit)."""
 
@@ -602,6 +594,7 @@ class HttpSource(ByteSource):
         if self._data_url == self._url:
             self._data_url = named
         self._url = named
+        self._origin = origin(named)
         self._terms = Terms(named, self._shown, self._options)
 
     def _use_whole_body(
@@ -613,11 +606,6 @@ class HttpSource(ByteSource):
         count = min(end, len(body)) - start
         buffer[:count] = body[start : start + count]
         return count
-
-
-def _origin(url: str) -> tuple[str, str]:
-    parts = urlsplit(url)
-    return parts.scheme.lower(), parts.netloc.lower()
 
 
 def _split_userinfo(url: str) -> tuple[str, str | None]:

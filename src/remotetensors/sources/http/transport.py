@@ -2,10 +2,12 @@
 (:class:`Head`), and its body into a buffer that the source names once it has seen them.
 
 Two transports implement it: :mod:`.via_direct` (the built-in reader of :mod:`.direct`, whose
-bodies land in the caller's buffer) and :mod:`.via_httpx` (httpx, which follows redirects
-itself). The source sends every request the same way and judges every answer with one function
-(:func:`.answer.decide`), whichever transport carried it; what differs between them is said
-here: whether redirects are followed, and the texts of their failures.
+bodies land in the caller's buffer) and :mod:`.via_httpx` (httpx). The source sends every
+request the same way and judges every answer with one function (:func:`.answer.decide`),
+whichever transport carried it. Neither follows redirects: the source follows them hop by hop,
+each hop judged by :func:`.answer.follow` and its headers chosen by :func:`.policy.headers_for`,
+so that one set of rules holds on every path. What differs between the transports is said
+here: the texts of their failures.
 """
 
 from __future__ import annotations
@@ -39,13 +41,12 @@ a transport may read and drop a small one to keep its connection, or leave it un
 
 
 class Head(NamedTuple):
-    """An answer's status and headers, the URL that gave it, and the headers of the redirects
-    the transport followed on the way there (oldest first)."""
+    """An answer's status and headers, and the URL that gave it (the URL asked: transports
+    follow no redirects)."""
 
     status: int
     headers: ResponseHeaders
     url: str
-    hops: tuple[ResponseHeaders, ...] = ()
 
 
 Accept = Callable[[Head], memoryview | Discard | None]
@@ -56,17 +57,26 @@ close the connection. Called once per answer that comes; it must not raise."""
 
 
 class Transport(Protocol):
-    """One GET at a time: the head is shown to ``accept``, the body goes where it says."""
+    """One GET at a time, no redirect followed: the head is shown to ``accept``, the body goes
+    where it says."""
 
-    @property
-    def follows_redirects(self) -> bool:
-        """Whether redirects are followed here (else the source follows them, hop by hop)."""
-        ...
-
-    async def get(self, url: str, headers: dict[str, str], accept: Accept, meter: Meter) -> bool:
+    async def get(
+        self,
+        url: str,
+        headers: dict[str, str],
+        accept: Accept,
+        meter: Meter,
+        *,
+        foreign: bool,
+    ) -> bool:
         """GET ``url`` with ``headers``, showing the answer's head to ``accept``; returns whether
         the body went completely into the buffer it named (False when it named none, or the
         answer did not fit it). Every byte received is counted in ``meter``.
+
+        ``headers`` are sent as given (the source chose them, :func:`.policy.headers_for`);
+        ``foreign`` says that ``url`` is of another origin than the URL the caller named (a
+        redirect's target), so a transport that adds credentials of its own (a caller's httpx
+        client: its auth, cookies and default headers) must not add them.
 
         Raises:
             Interrupted: no answer, or the connection failed or stalled, its body unfinished.

@@ -1,8 +1,9 @@
 """The direct reader (:mod:`.direct`) as a :class:`~.transport.Transport`.
 
-It follows no redirects (the source follows them hop by hop, see :func:`.answer.decide`), reads
-a small body nobody needs (:data:`~.transport.DISCARD`: a redirect's, an error's) so that its
-connection is kept, and says its failures in the source's words.
+It follows no redirects (the source follows them hop by hop, see :func:`.answer.follow`), sends
+exactly the headers it is given (it adds no credentials of its own, so ``foreign`` changes
+nothing here), reads a small body nobody needs (:data:`~.transport.DISCARD`: a redirect's, an
+error's) so that its connection is kept, and says its failures in the source's words.
 """
 
 from __future__ import annotations
@@ -25,12 +26,18 @@ class DirectTransport:
 
     __slots__ = ("reader",)
 
-    follows_redirects = False
-
     def __init__(self, reader: RawRangeClient) -> None:
         self.reader = reader
 
-    async def get(self, url: str, headers: dict[str, str], accept: Accept, meter: Meter) -> bool:
+    async def get(
+        self,
+        url: str,
+        headers: dict[str, str],
+        accept: Accept,
+        meter: Meter,
+        *,
+        foreign: bool,
+    ) -> bool:
         def target(status: int, fields: ResponseHeaders) -> memoryview | None:
             chosen = accept(Head(status, fields, url))
             return _drained(fields) if chosen is DISCARD else chosen

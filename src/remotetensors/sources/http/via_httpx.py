@@ -1,21 +1,31 @@
 """httpx as a :class:`~.transport.Transport`: for a configured proxy, for the first request of
-a file read through the caller's own httpx client, for what the direct reader leaves (a redirect
-met on a later request), and whenever ``direct_reads`` is off.
+a file read through the caller's own httpx client, for a URL that stopped working and is
+resolved again through that client, and whenever ``direct_reads`` is off.
 
-httpx follows redirects itself (also with a caller's client that would not), streams the body
-in pieces that are copied into the named buffer, and never reads a body nobody needs; whatever
-it raises becomes a failure in the source's words.
+httpx is told to follow no redirect (also with a client whose ``follow_redirects`` is on): the
+source follows them hop by hop under the rules of every path (:func:`.answer.follow`,
+:func:`.policy.headers_for`), which httpx's own following breaks (it forwards every header but
+``Authorization`` and ``Cookie`` to another origin, and follows ``https`` to ``http``). Each
+hop's request is built by :func:`hop_request`, so that what a caller's client adds on its own
+obeys the same rules. The body streams in pieces that are copied into the named buffer, a body
+nobody needs is never read, and whatever httpx raises becomes a failure in the source's words.
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import httpx
 
-from ...redact import redact_text, redact_url
+from ...redact import redact_text
 from ...status import activity, bytes_listener
 from .client import Client, httpx_of
+from .policy import carried
 from .tls import handshake_failure, origin_of
 from .transport import Accept, BadAnswer, BodyTooLong, Head, Interrupted, Meter, TlsFailed
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 
 class HttpxTransport:
@@ -23,37 +33,34 @@ class HttpxTransport:
 
     __slots__ = ("client",)
 
-    follows_redirects = True
-
     def __init__(self, client: Client) -> None:
         self.client = client
 
-    async def get(self, url: str, headers: dict[str, str], accept: Accept, meter: Meter) -> bool:
+    async def get(
+        self,
+        url: str,
+        headers: dict[str, str],
+        accept: Accept,
+        meter: Meter,
+        *,
+        foreign: bool,
+    ) -> bool:
         client = httpx_of(self.client)
         try:
-            async with client.stream(
-                "GET",
-                url,
-                headers=headers,
-                follow_redirects=True,  # also with a caller's client that would not
-            ) as response:
-                hops = tuple(hop.headers for hop in response.history)
-                head = Head(response.status_code, response.headers, str(response.url), hops)
-                target = accept(head)
+            response = await send_hop(client, url, headers, foreign=foreign, stream=True)
+            try:
+                target = accept(Head(response.status_code, response.headers, url))
                 if not isinstance(target, memoryview):
-                    return False  # leaving the stream unread closes the connection
+                    return False  # closing the stream unread closes the connection
                 await _read_body(response, target, meter)
                 return True
+            finally:
+                await response.aclose()
         except httpx.TimeoutException as exc:
             raise Interrupted(f"request timed out ({type(exc).__name__})", timed_out=True) from None
-        except httpx.TooManyRedirects:
-            raise BadAnswer(
-                f"more than {client.max_redirects} redirects (a redirect loop?); last URL "
-                f"{redact_url(url)}"
-            ) from None
         except httpx.UnsupportedProtocol as exc:
             raise BadAnswer(
-                f"redirected to a URL that cannot be fetched over HTTP(S) ({redact_text(str(exc))})"
+                f"a URL that cannot be fetched over HTTP(S) ({redact_text(str(exc))})"
             ) from None
         except httpx.RemoteProtocolError as exc:
             said = redact_text(str(exc))
@@ -85,6 +92,34 @@ def tls_failed(exc: httpx.TransportError, url: str) -> TlsFailed | None:
         failed = httpx.URL(url)
     port = failed.port or (443 if failed.scheme == "https" else 80)
     return TlsFailed(origin_of(failed.host, port), failure)
+
+
+async def send_hop(
+    client: httpx.AsyncClient,
+    url: str,
+    headers: Mapping[str, str],
+    *,
+    foreign: bool,
+    stream: bool,
+) -> httpx.Response:
+    """One GET through ``client``, no redirect followed; with ``stream`` its body is left to
+    read (close the answer), else it is read whole.
+
+    ``headers`` are the caller's choice (:func:`.policy.headers_for`); httpx adds the client's
+    own (its default headers, the cookies of its jar) as it builds the request, and those obey
+    the same rule (:func:`.policy.carried`): no ``Proxy-Authorization`` (a proxy's credentials
+    go in the client's proxy configuration, which sends them to the proxy alone), and, when the
+    hop is ``foreign`` (another origin than the URL the caller named), nothing but the harmless
+    headers and no auth of the client: a caller's client made with ``headers={"X-Api-Key":
+    ...}`` or ``auth=...`` for its host gives neither to the CDN that host redirects to.
+    """
+    request = client.build_request("GET", url, headers=headers)
+    request.headers = httpx.Headers(carried(request.headers.multi_items(), foreign=foreign))
+    if not foreign:
+        return await client.send(request, stream=stream, follow_redirects=False)
+    # The Host of the URL itself (httpx set it, or the caller's headers did for their origin).
+    request.headers["Host"] = request.url.netloc.decode("ascii")
+    return await client.send(request, stream=stream, auth=None, follow_redirects=False)
 
 
 async def _read_body(response: httpx.Response, target: memoryview, meter: Meter) -> None:

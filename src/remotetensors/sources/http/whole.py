@@ -7,10 +7,14 @@ attempt waits for the host's rate limiter and tells it what came back. The answe
 retries is returned whatever its status, for the caller to judge (with
 :func:`.answer.status_error`, or its own source's words for the statuses it knows).
 
-The request goes through the client's direct reader when it can (no proxy, ``direct_reads`` on,
-an answer with a ``Content-Length`` that is not encoded), else through httpx, which also
-follows redirects and reads a body of a length not known before it ends (chunked, or until the
-connection closes: a whole answer's buffer is sized before its body comes).
+Each hop goes through the client's direct reader when it can (no proxy, ``direct_reads`` on,
+an answer with a ``Content-Length`` that is not encoded), else through httpx. Redirects are
+followed here, hop by hop, under the rules of file reads: :func:`.answer.follow` judges each
+(no downgrade from ``https``, no loop, at most :data:`.policy.MAX_REDIRECTS`), and a hop to
+another origin carries only the harmless headers (:func:`.policy.headers_for`), so the hub's
+token never follows its API to another host.
+A body of a length not known before it ends (chunked, or until the connection closes) is read
+by httpx: a whole answer's buffer is sized before its body comes.
 """
 
 from __future__ import annotations
@@ -26,14 +30,14 @@ from ...errors import BadResponseError, RequestTimeoutError
 from ...redact import redact_text
 from ...status import Retrying, retrying
 from ..ratelimit import limiter_for
-from .answer import Failed, retry_of
+from .answer import REDIRECT_STATUSES, Failed, follow, retry_of
 from .client import Client, HttpClient, httpx_of, turn_of
 from .direct import RawConnectionError, RawProtocolError, RawTimeoutError
 from .head import ResponseHeaders, announced_length
-from .policy import RETRY_STATUSES, backoff_seconds, gave_up
+from .policy import RETRY_STATUSES, backoff_seconds, gave_up, headers_for, origin
 from .tls import tls_error
 from .transport import TlsFailed
-from .via_httpx import tls_failed
+from .via_httpx import send_hop, tls_failed
 
 if TYPE_CHECKING:
     from collections.abc import Coroutine, Mapping
@@ -51,8 +55,8 @@ class WholeAnswer:
     Attributes:
         status: the HTTP status.
         headers: its headers (looked up by name in any case).
-        body: its body, decoded when it came encoded.
-        url: the URL that gave it (after the redirects httpx followed).
+        body: its body, decoded when it came encoded (empty for a redirect).
+        url: the URL that gave it (the last hop of the redirects followed).
     """
 
     status: int
@@ -88,6 +92,7 @@ async def get_whole(
             no answer in time), or a ``Retry-After`` asked for more than
             ``max_retry_after_seconds``.
         RequestTimeoutError: ``request_deadline_seconds`` passed.
+        RedirectError: a redirect that is not followed (see :func:`.answer.follow`).
         BadResponseError: the request cannot be sent, or its answer is not HTTP.
         TlsError: the TLS handshake failed for good (not retried), or the CA bundle named
             cannot be loaded.
@@ -154,7 +159,33 @@ def _deadline_passed(shown: str, options: HttpOptions, reason: str) -> RequestTi
 
 
 async def _attempt(client: Client, url: str, headers: dict[str, str], shown: str) -> WholeAnswer:
-    """One GET: through the direct reader when it can take the answer, else httpx.
+    """One GET of ``url``, its redirects followed: each hop with the headers its origin may see.
+
+    Raises:
+        _Failure: no answer (to be retried).
+        RedirectError: a redirect that is not followed.
+        BadResponseError: the request cannot be sent, or the answer is not HTTP.
+    """
+    hop = url
+    visited: tuple[str, ...] = ()  # the URLs that redirected to hop, oldest first
+    while True:  # follow() refuses a redirect past MAX_REDIRECTS
+        foreign = origin(hop) != origin(url)
+        answer = await _hop(client, hop, headers_for(headers, named=url, url=hop), shown, foreign)
+        location = answer.headers.get("Location")
+        if answer.status not in REDIRECT_STATUSES or location is None:
+            return answer
+        step = follow(hop, location, visited, shown)
+        if isinstance(step, Failed):
+            raise step.error
+        hop, visited = step.url, (*visited, hop)
+
+
+async def _hop(
+    client: Client, url: str, headers: dict[str, str], shown: str, foreign: bool
+) -> WholeAnswer:
+    """One GET, no redirect followed: through the direct reader when it can take the answer,
+    else httpx (``foreign``: ``url`` is of another origin than the one named, see
+    :func:`.via_httpx.send_hop`).
 
     Raises:
         _Failure: no answer (to be retried).
@@ -166,7 +197,7 @@ async def _attempt(client: Client, url: str, headers: dict[str, str], shown: str
             answer = await _direct_get(client, url, headers)
             if answer is not None:
                 return answer
-            response = await httpx_of(client).get(url, headers=headers, follow_redirects=True)
+            response = await send_hop(httpx_of(client), url, headers, foreign=foreign, stream=False)
     except RawProtocolError as exc:
         raise BadResponseError(f"{shown}: the answer is not valid HTTP/1.1: {exc}") from None
     except RawTimeoutError as exc:
@@ -186,14 +217,14 @@ async def _attempt(client: Client, url: str, headers: dict[str, str], shown: str
         raise BadResponseError(
             f"{shown}: HTTP request failed: {type(exc).__name__}: {redact_text(str(exc))}"
         ) from None
-    return WholeAnswer(response.status_code, response.headers, response.content, str(response.url))
+    return WholeAnswer(response.status_code, response.headers, response.content, url)
 
 
 async def _direct_get(client: Client, url: str, headers: dict[str, str]) -> WholeAnswer | None:
-    """GET ``url`` through the client's direct reader, the whole body in memory; None when
-    httpx must ask instead: a client not ours, direct reads off or a proxy, a redirect, a body
-    without ``Content-Length`` (or chunked despite one), over :data:`MAX_DIRECT_BODY_BYTES`
-    or encoded.
+    """GET ``url`` through the client's direct reader, the whole body in memory (a redirect's
+    is left unread: only its head counts); None when httpx must ask instead: a client not ours,
+    direct reads off or a proxy, a body without ``Content-Length`` (or chunked despite one),
+    over :data:`MAX_DIRECT_BODY_BYTES` or encoded.
 
     Raises:
         RawConnectionError, RawTimeoutError: the network failed (the caller retries).
@@ -204,7 +235,9 @@ async def _direct_get(client: Client, url: str, headers: dict[str, str]) -> Whol
 
     def accept(status: int, answer: ResponseHeaders) -> memoryview | None:
         length = announced_length(answer)  # a chunked answer's Content-Length says nothing
-        if length is None or length > MAX_DIRECT_BODY_BYTES:
+        if status in REDIRECT_STATUSES or length is None:
+            return None  # a redirect's body is nobody's: its connection closes unread
+        if length > MAX_DIRECT_BODY_BYTES:
             return None
         bodies.append(bytearray(length))
         return memoryview(bodies[-1])
@@ -215,7 +248,9 @@ async def _direct_get(client: Client, url: str, headers: dict[str, str]) -> Whol
         )
     except ValueError:  # a header that cannot be sent as it is: let httpx say so
         return None
+    if answer.status in REDIRECT_STATUSES and "Location" in answer.headers:
+        return WholeAnswer(answer.status, answer.headers, b"", url)
     encoding = answer.headers.get("Content-Encoding", "identity").strip().lower()
-    if not answer.body_read or 300 <= answer.status < 400 or encoding not in ("", "identity"):
+    if not answer.body_read or encoding not in ("", "identity"):
         return None
     return WholeAnswer(answer.status, answer.headers, bytes(bodies[-1]), url)

@@ -36,6 +36,7 @@ from ...errors import (
 from ..base import Prefix
 from ..http.answer import status_error
 from ..http.client import HttpOptions
+from ..http.policy import headers_for
 from ..http.source import HttpSource
 from ..http.whole import get_whole
 from ..names import names_file
@@ -192,7 +193,8 @@ class HubRepo:
         One ``GET {endpoint}/api/{type}/{repo}/tree/{revision}[/{folder}]?recursive=true``
         (the call behind ``huggingface_hub.list_repo_files``), following ``Link: rel="next"``
         pages; each page is retried as file reads are, and its commit pins the repo's (or must
-        match it).
+        match it). A page linked on another origin than the endpoint's is asked for without
+        the token and the caller's other credentials (:func:`..http.policy.headers_for`).
 
         Raises:
             NotFoundError, PermissionDeniedError: as a file's read words them
@@ -212,8 +214,9 @@ class HubRepo:
         for _ in range(MAX_LISTING_PAGES):
             if url is None:
                 break
+            headers = headers_for(self._options.headers, named=self.endpoint, url=url)
             answer = await get_whole(
-                url, self._options.headers, client=self._client, options=self._options, shown=shown
+                url, headers, client=self._client, options=self._options, shown=shown
             )
             if answer.status != 200:
                 raise hub_status_error(
@@ -360,8 +363,7 @@ class HubSource(HttpSource):
     def _check_answer(self, head: Head) -> None:
         # Every answer that names a commit (the hub's; a redirect to the CDN carries it, the
         # CDN's answer does not) pins the repo or must name the pinned commit.
-        for headers in (*head.hops, head.headers):
-            self._repo.pin(headers.get("X-Repo-Commit"), self.location)
+        self._repo.pin(head.headers.get("X-Repo-Commit"), self.location)
 
     def recipe(self) -> SourceRecipe:
         # The resolve URL at the pinned commit: a worker reads the same revision, and the
