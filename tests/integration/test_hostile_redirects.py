@@ -70,9 +70,7 @@ def quiet(capfd: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture) -
 
 
 @pytest.fixture
-def tls(
-    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
-) -> ThrowawayCA:
+def tls(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> ThrowawayCA:
     """A CA made for the test, trusted through ``SSL_CERT_FILE`` as a user would trust theirs
     (the variable is read for each new connection; a context is cached per bundle path)."""
     ca = throwaway_ca(tmp_path_factory.mktemp("ca"))
