@@ -8,6 +8,11 @@ thread pool: with nginx, a reader's request count costs what it costs on a real 
 One worker process, ``sendfile on``, keep-alive without a request limit, and an access log of
 method, status and body bytes that :meth:`Nginx.stats` reads to count requests and bytes as the
 aiohttp server's ``/__stats`` does. Install it with ``apt-get install nginx-light`` (Debian).
+
+Two shapes of link besides plain loopback: ``limit_rate`` caps each connection's send rate
+(bytes per second, nginx's ``limit_rate``), the shape of a WAN or of S3, where one connection
+carries a fraction of the link and clients open many; ``tls`` (a certificate and its key, PEM
+files) serves HTTPS, its CA given to the clients (``SSL_CERT_FILE``, ``curl --cacert``).
 """
 
 from __future__ import annotations
@@ -40,9 +45,9 @@ http {{
     uwsgi_temp_path {state}/uwsgi;
     scgi_temp_path {state}/scgi;
     server {{
-        listen 127.0.0.1:{port};
+        listen 127.0.0.1:{port}{ssl};
         root {root};
-    }}
+{extra}    }}
 }}
 """
 
@@ -57,7 +62,15 @@ class Nginx:
 
     name = "nginx"
 
-    def __init__(self, executable: str, root: Path, state: Path) -> None:
+    def __init__(
+        self,
+        executable: str,
+        root: Path,
+        state: Path,
+        *,
+        limit_rate: int | None = None,
+        tls: tuple[Path, Path] | None = None,
+    ) -> None:
         with socket.socket() as probe:
             probe.bind(("127.0.0.1", 0))
             port = probe.getsockname()[1]
@@ -66,13 +79,27 @@ class Nginx:
         # folder; keep the worker as root there.
         user = "user root;\n" if os.geteuid() == 0 else ""
         config = state / "nginx.conf"
-        config.write_text(CONFIG.format(user=user, state=state, port=port, root=root))
+        extra = ""
+        if limit_rate is not None:
+            extra += f"        limit_rate {limit_rate};\n"
+        if tls is not None:
+            extra += f"        ssl_certificate {tls[0]};\n        ssl_certificate_key {tls[1]};\n"
+        config.write_text(
+            CONFIG.format(
+                user=user,
+                state=state,
+                port=port,
+                root=root,
+                ssl=" ssl" if tls else "",
+                extra=extra,
+            )
+        )
         self.process = subprocess.Popen(
             [executable, "-c", str(config), "-e", str(state / "error.log")],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
-        self.url = f"http://127.0.0.1:{port}"
+        self.url = f"{'https' if tls else 'http'}://127.0.0.1:{port}"
         deadline = time.monotonic() + 10
         while True:
             try:
@@ -94,20 +121,34 @@ class Nginx:
         gets = [line.split() for line in lines if line.startswith("GET ")]
         return {"requests": len(lines), "bytes": sum(int(fields[2]) for fields in gets)}
 
+    def worker_cpu_seconds(self) -> float:
+        """CPU (user and system) that nginx's processes have used so far, from /proc."""
+        pids = [self.process.pid]
+        children = Path(f"/proc/{self.process.pid}/task/{self.process.pid}/children")
+        pids += [int(pid) for pid in children.read_text().split()]
+        total = 0.0
+        for pid in pids:
+            fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return total
+
     def stop(self) -> None:
         self.process.terminate()
         self.process.wait(10)
 
 
 @contextmanager
-def serving(root: Path) -> Iterator[Nginx | None]:
-    """nginx serving ``root``, or None when nginx is not installed."""
+def serving(
+    root: Path, *, limit_rate: int | None = None, tls: tuple[Path, Path] | None = None
+) -> Iterator[Nginx | None]:
+    """nginx serving ``root`` (see :class:`Nginx` for ``limit_rate`` and ``tls``), or None when
+    nginx is not installed."""
     executable = binary()
     if executable is None:
         yield None
         return
     with tempfile.TemporaryDirectory(prefix="nginx-") as state:
-        server = Nginx(executable, root, Path(state))
+        server = Nginx(executable, root, Path(state), limit_rate=limit_rate, tls=tls)
         try:
             yield server
         finally:
