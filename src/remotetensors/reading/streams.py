@@ -1,0 +1,224 @@
+"""How many requests to keep in flight, and how large a part each one fetches: decided from what
+was measured, with no IO and no clock of its own.
+
+No fixed layout wins on every link. On two cores and a loopback link, eight 16 MiB streams
+reached 0.38 of curl's throughput and four reached 0.91 (the streams' threads contend for the
+cores); behind a server that caps each connection at 100 MB/s, eight streams cap the read at
+0.8 GB/s and sixteen reach twice that (``benchmarks/results/2026-11-25-perf3-profile.md``). So
+the reader measures and adapts, as the AWS CRT S3 client sizes its connections from a
+throughput target and xet-core's adaptive concurrency follows its success ratio.
+
+:class:`StreamController` is a hill climb over two knobs, fed by the caller with one
+:class:`Window` at a time (bytes, the seconds they took, whether every stream allowed was busy,
+how many requests failed):
+
+- it starts with :data:`START_STREAMS` streams of :data:`START_PART_BYTES`;
+- **streams**: it doubles them, and keeps the step while throughput rises by at least
+  :data:`GAIN` (a step that pays less is undone, and the climb moves on to parts);
+- **parts**: it doubles the part size the same way (bigger parts pay where each request waits a
+  round trip), then holds;
+- while holding, it probes upwards again every :data:`REPROBE_WINDOWS` windows (the link may
+  have changed);
+- **back-off**: failed requests (retries, errors) halve the streams at once, and so does a
+  throughput that collapses below :data:`COLLAPSE` of what the setting gave before;
+- it never lets ``streams * part_size_bytes`` pass ``max_bytes_in_flight`` (a part that does
+  not land straight in its destination holds that much memory; growing streams shrinks parts
+  to stay under it, down to :data:`MIN_PART_BYTES`);
+- an explicit ``ReadOptions(max_concurrency=...)`` or ``part_size_bytes=...`` pins what it
+  names: the climb leaves that knob alone (the cap too: the caller chose).
+
+A window in which demand, not the link, limited the streams (fewer parts wanted than streams
+allowed: the tail of a read, a small read) says nothing about the link and is ignored.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+MIB = 1024 * 1024
+
+START_STREAMS = 4
+"""Streams of a fresh controller: a few. Two cores on loopback do best with two to four."""
+
+START_PART_BYTES = 4 * MIB
+"""Part size of a fresh controller: small enough that the first windows, at a few streams,
+are short (a part takes 40 ms at 100 MB/s), large enough that a request's cost is noise."""
+
+MIN_PART_BYTES = 1 * MIB
+"""Smallest part the controller picks (parts shrink as streams grow under the cap)."""
+
+MAX_PART_BYTES = 64 * MIB
+"""Largest part the controller picks."""
+
+MAX_STREAMS = 64
+"""Most streams the controller picks (an HTTP client keeps 64 connections by default)."""
+
+DEFAULT_MAX_BYTES_IN_FLIGHT = 64 * MIB
+"""Default bound of ``streams * part_size_bytes``: on a link of 50 ms round trips that still
+allows about 1.3 GB/s; a read whose parts go straight into their arrays holds no memory for
+them, one whose parts go through scratch buffers (several small tensors in one request, or a
+source that returns bytes) holds at most this much."""
+
+GAIN = 1.2
+"""A step pays when the throughput after it is at least this many times the one before."""
+
+COLLAPSE = 0.5
+"""At an unchanged setting, a throughput below this share of the one measured before is a
+collapse (a server or link under strain): the streams are halved."""
+
+REPROBE_WINDOWS = 32
+"""Windows held before the controller probes upwards again."""
+
+
+@dataclass(frozen=True, slots=True)
+class Setting:
+    """Requests in flight at once, and the largest part one of them fetches, in bytes."""
+
+    streams: int
+    part_size_bytes: int
+
+    @property
+    def bytes_in_flight(self) -> int:
+        """The most bytes that the streams fetch at once."""
+        return self.streams * self.part_size_bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    """What the streams did between two decisions, as the caller measured it.
+
+    Attributes:
+        bytes: bytes of the parts that completed in the window.
+        seconds: the window's length, counting only time when at least one request was in
+            flight (idle time between two reads is not the link's).
+        saturated: whether every stream allowed was busy for most of the window; when not, the
+            caller's demand limited the throughput, and the window says nothing of the link.
+        failures: requests that failed or were retried in the window.
+    """
+
+    bytes: int
+    seconds: float
+    saturated: bool = True
+    failures: int = 0
+
+
+class _Phase(enum.Enum):
+    STREAMS = "streams"
+    PARTS = "parts"
+    HOLD = "hold"
+
+
+class StreamController:
+    """Decides streams and part size from measured windows (see the module).
+
+    Args:
+        streams: pinned number of streams (``ReadOptions.max_concurrency``), or None to adapt.
+        part_size_bytes: pinned part size (``ReadOptions.part_size_bytes``), or None to adapt.
+        max_bytes_in_flight: bound of ``streams * part_size_bytes`` for what adapts.
+
+    Raises:
+        ValueError: a pinned value or the bound is not positive.
+    """
+
+    def __init__(
+        self,
+        *,
+        streams: int | None = None,
+        part_size_bytes: int | None = None,
+        max_bytes_in_flight: int = DEFAULT_MAX_BYTES_IN_FLIGHT,
+    ) -> None:
+        for name, value in (("streams", streams), ("part_size_bytes", part_size_bytes)):
+            if value is not None and value <= 0:
+                raise ValueError(f"{name} must be > 0, got {value}")
+        if max_bytes_in_flight <= 0:
+            raise ValueError(f"max_bytes_in_flight must be > 0, got {max_bytes_in_flight}")
+        self._pinned_streams = streams
+        self._pinned_part = part_size_bytes
+        self._cap = max_bytes_in_flight
+        self._kept = self._fit(START_STREAMS, START_PART_BYTES)
+        self._kept_rate: float | None = None  # bytes per second the kept setting gave
+        self._trial: Setting | None = None  # a step being measured
+        self._phase = _Phase.STREAMS
+        self._held = 0
+
+    @property
+    def setting(self) -> Setting:
+        """What to use now: the step being tried, else the setting kept."""
+        return self._trial or self._kept
+
+    @property
+    def pinned(self) -> bool:
+        """Whether both knobs are pinned (nothing adapts)."""
+        return self._pinned_streams is not None and self._pinned_part is not None
+
+    def observe(self, window: Window) -> Setting:
+        """Learn from ``window`` (measured at :attr:`setting`); returns what to use next."""
+        if self.pinned:
+            return self.setting
+        if window.failures:
+            return self._back_off()
+        if not window.saturated or window.seconds <= 0 or window.bytes <= 0:
+            return self.setting
+        rate = window.bytes / window.seconds
+        if self._trial is not None:
+            if self._kept_rate is not None and rate >= self._kept_rate * GAIN:
+                self._kept, self._kept_rate, self._trial = self._trial, rate, None
+            else:  # it did not pay: undo it, and climb the next knob
+                self._trial = None
+                self._phase = _Phase.PARTS if self._phase is _Phase.STREAMS else _Phase.HOLD
+            return self._step()
+        if self._kept_rate is not None and rate < self._kept_rate * COLLAPSE:
+            return self._back_off()
+        self._kept_rate = rate if self._kept_rate is None else (self._kept_rate + rate) / 2
+        if self._phase is _Phase.HOLD:
+            self._held += 1
+            if self._held < REPROBE_WINDOWS:
+                return self._kept
+            self._held = 0
+            self._phase = _Phase.STREAMS
+        return self._step()
+
+    def _step(self) -> Setting:
+        """Try the next step of the current phase; where it cannot move, the next phase."""
+        while self._phase is not _Phase.HOLD:
+            kept = self._kept
+            if self._phase is _Phase.STREAMS:
+                candidate = self._fit(kept.streams * 2, kept.part_size_bytes)
+            else:
+                candidate = self._fit(kept.streams, kept.part_size_bytes * 2)
+            if candidate != kept:
+                self._trial = candidate
+                return candidate
+            self._phase = _Phase.PARTS if self._phase is _Phase.STREAMS else _Phase.HOLD
+        return self._kept
+
+    def _back_off(self) -> Setting:
+        """Halve the streams (unless pinned), forget the rate, and hold."""
+        current = self.setting
+        self._kept = self._fit(max(1, current.streams // 2), current.part_size_bytes)
+        self._kept_rate = None
+        self._trial = None
+        self._phase = _Phase.HOLD
+        self._held = 0
+        return self._kept
+
+    def _fit(self, streams: int, part_size_bytes: int) -> Setting:
+        """The setting nearest to the one asked that the pins and bounds allow: pinned knobs
+        as pinned; streams in [1, MAX_STREAMS]; parts in [MIN_PART_BYTES, MAX_PART_BYTES]
+        (or the cap, if smaller); ``streams * part_size_bytes`` within the cap, by smaller
+        parts first, then fewer streams (a pinned knob is never moved to make room)."""
+        if self._pinned_streams is not None:
+            streams = self._pinned_streams
+        else:
+            streams = max(1, min(streams, MAX_STREAMS))
+        if self._pinned_part is not None:
+            part = self._pinned_part
+            if self._pinned_streams is None:
+                streams = max(1, min(streams, self._cap // part))
+            return Setting(streams, part)
+        floor = min(MIN_PART_BYTES, self._cap)
+        part = max(floor, min(part_size_bytes, MAX_PART_BYTES, self._cap // streams))
+        if self._pinned_streams is None and streams * part > self._cap:
+            streams = max(1, self._cap // part)
+        return Setting(streams, part)

@@ -1,0 +1,257 @@
+"""The adaptive stream controller (``reading/streams.py``): its decisions, fed with windows
+measured on model links, without a network, a loop or a clock."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from remotetensors.reading.streams import (
+    COLLAPSE,
+    DEFAULT_MAX_BYTES_IN_FLIGHT,
+    GAIN,
+    MAX_PART_BYTES,
+    MAX_STREAMS,
+    MIB,
+    MIN_PART_BYTES,
+    REPROBE_WINDOWS,
+    START_PART_BYTES,
+    START_STREAMS,
+    Setting,
+    StreamController,
+    Window,
+)
+
+Link = Callable[[Setting], float]
+"""Bytes per second that a link gives at a setting."""
+
+
+def capped(per_stream: float = 100e6, ceiling: float = 1.3e9) -> Link:
+    """Each connection carries ``per_stream`` (nginx's limit_rate), the client's CPU
+    ``ceiling`` in all."""
+    return lambda s: min(s.streams * per_stream, ceiling)
+
+
+def cpu_bound(best_streams: int = 4) -> Link:
+    """Two cores on loopback: throughput rises to ``best_streams`` streams, then falls (the
+    streams' threads contend for the cores)."""
+
+    def rate(s: Setting) -> float:
+        n = s.streams
+        return 2.4e9 * (n / best_streams if n <= best_streams else (best_streams / n) ** 1.2)
+
+    return rate
+
+
+def round_trips(rtt_seconds: float = 0.05, per_stream: float = 100e6) -> Link:
+    """Each request waits a round trip before its bytes flow: bigger parts pay."""
+
+    def rate(s: Setting) -> float:
+        part_seconds = s.part_size_bytes / per_stream
+        return s.streams * s.part_size_bytes / (part_seconds + rtt_seconds)
+
+    return rate
+
+
+def run(controller: StreamController, link: Link, windows: int = 40) -> list[Setting]:
+    """Feed ``windows`` windows of one second measured on ``link``; the settings used."""
+    used = []
+    for _ in range(windows):
+        setting = controller.setting
+        used.append(setting)
+        controller.observe(Window(bytes=int(link(setting)), seconds=1.0))
+    return used
+
+
+def test_it_starts_with_a_few_streams_of_small_parts() -> None:
+    assert StreamController().setting == Setting(START_STREAMS, START_PART_BYTES)
+    assert START_STREAMS <= 4
+
+
+def test_streams_grow_while_they_pay_on_a_capped_link() -> None:
+    controller = StreamController()
+    used = run(controller, capped())
+    # 100 MB/s per connection, 1.3 GB/s in all: 16 streams reach 1.3 GB/s (32 would add 0).
+    assert controller.setting.streams == 16
+    assert [s.streams for s in used[:4]] == [4, 8, 16, 32]  # doubling, then one step too far
+    assert max(s.streams for s in used) == 32  # tried, measured, undone
+
+
+def test_growth_stops_at_the_knee_on_a_cpu_bound_link() -> None:
+    controller = StreamController()
+    used = run(controller, cpu_bound(best_streams=4))
+    assert controller.setting.streams == 4  # 8 was tried, paid less, and was undone
+    assert max(s.streams for s in used[:REPROBE_WINDOWS]) == 8
+
+
+def test_a_step_that_pays_less_than_the_gain_is_undone() -> None:
+    controller = StreamController()
+    start = controller.setting
+    controller.observe(Window(100, 1.0))  # the start measured: try twice the streams
+    assert controller.setting.streams == 2 * start.streams
+    controller.observe(Window(int(100 * GAIN) - 1, 1.0))  # almost paid: not enough
+    assert controller.setting.streams == start.streams
+
+
+def test_parts_grow_where_every_request_waits_a_round_trip() -> None:
+    # With room in flight, once streams stop paying (the most there may be), parts grow.
+    controller = StreamController(max_bytes_in_flight=2048 * MIB)
+    run(controller, round_trips(rtt_seconds=0.05), windows=REPROBE_WINDOWS)
+    assert controller.setting == Setting(MAX_STREAMS, 16 * MIB)  # 32 MiB paid 13% more
+
+
+def test_under_the_cap_more_streams_of_smaller_parts_win() -> None:
+    # The same link within 64 MiB in flight: a round trip costs a request whatever its size,
+    # so the bytes in flight go further as more, smaller requests.
+    controller = StreamController()
+    run(controller, round_trips(rtt_seconds=0.05))
+    assert controller.setting == Setting(32, 2 * MIB)
+    assert controller.setting.bytes_in_flight == DEFAULT_MAX_BYTES_IN_FLIGHT
+
+
+def test_parts_grow_under_pinned_streams() -> None:
+    controller = StreamController(streams=4)
+    run(controller, round_trips(rtt_seconds=0.05))
+    assert controller.setting == Setting(4, DEFAULT_MAX_BYTES_IN_FLIGHT // 4)
+
+
+def test_parts_stay_put_where_they_do_not_pay() -> None:
+    controller = StreamController()
+    run(controller, capped(ceiling=1e12))  # only streams count here
+    assert controller.setting.part_size_bytes <= START_PART_BYTES
+
+
+def test_failures_halve_the_streams_at_once() -> None:
+    controller = StreamController()
+    run(controller, capped(), windows=6)
+    before = controller.setting.streams
+    assert before >= 8
+    controller.observe(Window(10**9, 1.0, failures=1))
+    assert controller.setting.streams == before // 2
+    controller.observe(Window(10**9, 1.0, failures=3))
+    assert controller.setting.streams == before // 4
+
+
+def test_failures_never_take_the_streams_below_one() -> None:
+    controller = StreamController()
+    for _ in range(10):
+        controller.observe(Window(0, 1.0, failures=1))
+    assert controller.setting.streams == 1
+
+
+def test_a_collapse_at_an_unchanged_setting_backs_off() -> None:
+    controller = StreamController()
+    run(controller, capped(), windows=REPROBE_WINDOWS // 2)
+    held = controller.setting
+    rate = capped()(held)
+    controller.observe(Window(int(rate * COLLAPSE * 0.9), 1.0))
+    assert controller.setting.streams == held.streams // 2
+
+
+def test_windows_limited_by_demand_teach_nothing() -> None:
+    controller = StreamController()
+    start = controller.setting
+    for _ in range(10):
+        # A trickle of small reads: a low rate, but because little was asked.
+        assert controller.observe(Window(1000, 1.0, saturated=False)) == start
+    assert controller.observe(Window(0, 0.0)) == start
+
+
+def test_it_probes_upwards_again_after_holding() -> None:
+    controller = StreamController()
+    link = capped(per_stream=100e6, ceiling=1.3e9)
+    run(controller, link)
+    assert controller.setting.streams == 16
+    # The link gets faster (the client's CPU frees up): the next probe finds it.
+    run(controller, capped(per_stream=100e6, ceiling=3.2e9), windows=REPROBE_WINDOWS + 8)
+    assert controller.setting.streams == 32
+
+
+def test_pinned_streams_never_move() -> None:
+    controller = StreamController(streams=3)
+    used = run(controller, capped())
+    used += [controller.observe(Window(10, 1.0, failures=5))]
+    assert {s.streams for s in used} == {3}
+
+
+def test_pinned_parts_never_move() -> None:
+    controller = StreamController(part_size_bytes=5 * MIB)
+    used = run(controller, round_trips())
+    assert {s.part_size_bytes for s in used} == {5 * MIB}
+    assert controller.setting.streams > START_STREAMS  # streams still adapt
+
+
+def test_both_pinned_is_exactly_what_was_asked() -> None:
+    # The cap bounds what adapts; an explicit choice of both knobs is the caller's.
+    controller = StreamController(streams=32, part_size_bytes=128 * MIB)
+    assert controller.pinned
+    used = run(controller, cpu_bound())
+    used += [controller.observe(Window(10, 1.0, failures=5))]
+    assert set(used) == {Setting(32, 128 * MIB)}
+
+
+def test_a_pinned_part_size_bounds_the_streams_under_the_cap() -> None:
+    controller = StreamController(part_size_bytes=16 * MIB, max_bytes_in_flight=64 * MIB)
+    run(controller, capped(ceiling=1e12))
+    assert controller.setting == Setting(4, 16 * MIB)
+
+
+def test_pinned_streams_shrink_the_parts_under_the_cap() -> None:
+    controller = StreamController(streams=32, max_bytes_in_flight=64 * MIB)
+    assert controller.setting == Setting(32, 2 * MIB)
+
+
+def test_growing_streams_shrinks_parts_to_stay_under_the_cap() -> None:
+    controller = StreamController(max_bytes_in_flight=32 * MIB)
+    used = run(controller, capped(ceiling=1e12))
+    assert max(s.streams for s in used) == 32  # 32 parts of the smallest size
+    assert all(s.part_size_bytes >= MIN_PART_BYTES for s in used)
+    assert all(s.bytes_in_flight <= 32 * MIB for s in used)
+
+
+def test_a_cap_below_the_smallest_part_is_still_kept() -> None:
+    controller = StreamController(max_bytes_in_flight=256 * 1024)
+    used = run(controller, capped(ceiling=1e12))
+    assert set(used) == {Setting(1, 256 * 1024)}
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"streams": 0}, "streams must be > 0"),
+        ({"part_size_bytes": -1}, "part_size_bytes must be > 0"),
+        ({"max_bytes_in_flight": 0}, "max_bytes_in_flight must be > 0"),
+    ],
+)
+def test_nonsense_is_refused(kwargs: dict[str, int], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        StreamController(**kwargs)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    cap=st.integers(1, 512 * MIB),
+    rates=st.lists(
+        st.tuples(
+            st.integers(0, 10**10),
+            st.floats(0.0, 10.0, allow_nan=False),
+            st.booleans(),
+            st.integers(0, 2),
+        ),
+        max_size=80,
+    ),
+)
+def test_the_cap_and_the_bounds_hold_whatever_is_measured(
+    cap: int, rates: list[tuple[int, float, bool, int]]
+) -> None:
+    controller = StreamController(max_bytes_in_flight=cap)
+    for nbytes, seconds, saturated, failures in rates:
+        setting = controller.observe(Window(nbytes, seconds, saturated, failures))
+        assert setting == controller.setting
+        assert 1 <= setting.streams <= MAX_STREAMS
+        assert setting.part_size_bytes <= MAX_PART_BYTES
+        assert setting.part_size_bytes >= min(MIN_PART_BYTES, cap)
+        assert setting.bytes_in_flight <= cap
