@@ -47,7 +47,8 @@ _last_activity = time.monotonic()
 
 
 def retrying(event: Retrying) -> None:
-    """Report a retry to the log and every listener."""
+    """Report a retry to the log, every listener, and the current task's retry counter
+    (:func:`counting_retries`)."""
     log.info(
         "%s: %s; attempt %d of %d in %.1f s",
         event.location,
@@ -60,6 +61,9 @@ def retrying(event: Retrying) -> None:
         listeners = list(_listeners)
     for listener in listeners:
         listener(event)
+    counter = _retry_counter.get()
+    if counter is not None:
+        counter(event)
 
 
 def activity() -> None:
@@ -97,6 +101,23 @@ def counting_bytes(listener: BytesListener) -> Iterator[None]:
         yield
     finally:
         _bytes_listener.reset(token)
+
+
+_retry_counter: ContextVar[Listener | None] = ContextVar(
+    "remotetensors_retry_counter", default=None
+)
+
+
+@contextmanager
+def counting_retries(listener: Listener) -> Iterator[None]:
+    """Call ``listener`` with the retries of the current task (and the tasks it creates) while
+    the block runs: the reader's stream budget backs off on them. Unlike :func:`subscribe`,
+    no lock and no global list: a read's own retries only."""
+    token = _retry_counter.set(listener)
+    try:
+        yield
+    finally:
+        _retry_counter.reset(token)
 
 
 @contextmanager

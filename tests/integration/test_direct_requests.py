@@ -234,7 +234,8 @@ def test_a_large_body_is_received_in_a_worker_thread_and_its_connection_kept(
     small = rng.standard_normal(1024).astype(np.float32)
     data = write_reference({"big": big, "small": small})
     server = serve(files_handler({"m.safetensors": data}))
-    options = rt.ReadOptions(max_concurrency=1)  # one connection, so reuse shows
+    # One connection, so reuse shows; parts of 16 MiB pinned, so the big tensor is one request.
+    options = rt.ReadOptions(max_concurrency=1, part_size_bytes=16 << 20)
     with rt.safe_open(f"{server.url}/files/m.safetensors", options=options) as f:
         assert f.get_tensor("big").tobytes() == big.tobytes()
         assert f.get_tensor("small").tobytes() == small.tobytes()

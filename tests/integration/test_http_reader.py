@@ -196,13 +196,13 @@ def test_k_tensors_fetch_exactly_the_coalesced_plan(faulty: FaultyServer) -> Non
     expected = plan_reads(
         [ByteRange(max(i.start, window), i.end) for i in infos if i.end > window],
         max_gap_bytes=options.max_gap_bytes,
-        part_size_bytes=options.part_size_bytes,
+        part_size_bytes=options.fixed_part_size_bytes,
     )
     seen = sorted(faulty.log.ranges())
     assert seen == [(p.range.start, p.range.end) for p in expected.parts]
     # Every byte once: the ranges do not overlap, and they hold no more than the plan.
     assert all(a[1] <= b[0] for a, b in itertools.pairwise(seen))
-    assert all(end - start <= options.part_size_bytes for start, end in seen)
+    assert all(end - start <= options.fixed_part_size_bytes for start, end in seen)
     assert faulty.log.total_bytes == expected.fetched_bytes
 
 

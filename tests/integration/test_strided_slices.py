@@ -117,7 +117,7 @@ def test_a_large_strided_read_goes_chunk_by_chunk_within_its_budget(faulty: Faul
         got = f.get_slice("w")[:, 1::2]
     assert got.tobytes() == full[:, 1::2].tobytes()
     seen = sorted(faulty.log.ranges())
-    assert all(b - a <= options.part_size_bytes for a, b in seen)
+    assert all(b - a <= options.fixed_part_size_bytes for a, b in seen)
     assert all(x[1] <= y[0] for x, y in itertools.pairwise(seen))
     assert info.start + 4 <= seen[0][0]
     assert seen[-1][1] <= info.end

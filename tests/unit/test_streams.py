@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from remotetensors.options import DEFAULT_MAX_BYTES_IN_FLIGHT
 from remotetensors.reading.streams import (
     COLLAPSE,
-    DEFAULT_MAX_BYTES_IN_FLIGHT,
     GAIN,
     MAX_PART_BYTES,
     MAX_STREAMS,

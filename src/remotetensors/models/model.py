@@ -8,7 +8,6 @@ the stack to the :class:`AsyncModel` it builds, which closes it in ``aclose``.
 
 from __future__ import annotations
 
-import asyncio
 import fnmatch
 import functools
 import os
@@ -35,6 +34,7 @@ from ..quantization import (
     stored_shape_tensors,
 )
 from ..quantization.memory import MemoryEstimate, estimate_memory
+from ..reading.budget import StreamBudget
 from ..reading.fetch import gather_or_cancel
 from ..reading.hub_onecall import LazyTensorFile
 from ..redact import redact_url
@@ -100,10 +100,11 @@ class AsyncModel:
             if isinstance(file, LazyTensorFile):
                 file.on_open = functools.partial(self._file_opened, name)
         if self._files:
-            # ReadOptions.max_concurrency is the model's budget: a read over many shards, or
-            # many reads at once, keep that many requests in flight in all, not that many each.
+            # The streams are the model's budget: a read over many shards, or many reads at
+            # once, keep that many requests in flight in all, not that many each, and what
+            # one shard's reads measured of the link sizes the others'.
             first = next(iter(self._files.values()))
-            budget = asyncio.Semaphore(first.read_options.max_concurrency)
+            budget = StreamBudget.for_options(first.read_options)
             for file in self._files.values():
                 file.share_in_flight(budget)
 

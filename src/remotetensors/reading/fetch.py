@@ -2,20 +2,25 @@
 
 Each requested range has a destination buffer. Bytes already held in memory (the first window of
 the file) are copied from there; the rest is planned by :func:`~remotetensors.ranges.plan_reads`
-and fetched part by part, at most ``max_concurrency`` at once (a budget that a file, or a
-model, shares between all of its calls). A part that is exactly one
-destination's bytes is read straight into it; any other part (bridging a gap, or serving several
-requests) goes through a temporary buffer of at most ``part_size_bytes`` and is copied out.
+in small parts (:attr:`.budget.StreamBudget.granule_bytes`) and fetched as requests of one or
+several consecutive parts, up to the part size that the stream budget (a file's, or a model's,
+shared by all of its calls) says now, as many at once as it allows: the budget measures the
+requests and its controller adapts both numbers to the link (:mod:`.streams`), unless
+``ReadOptions`` pins them. A request that is exactly one destination's bytes is read straight
+into it; any other request (bridging a gap, or serving several destinations) goes through a
+temporary buffer of its length and is copied out.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..ranges import ByteRange, Part, plan_reads
-from ..status import counting_bytes
+from ..status import counting_bytes, counting_retries
+from .budget import StreamBudget
 from .prefault import Populating
 from .progress import Progress, bar, wanted
 
@@ -40,30 +45,32 @@ async def fetch_into(
     *,
     options: ReadOptions,
     cached_prefix: bytes | bytearray = b"",
-    in_flight: asyncio.Semaphore | None = None,
+    budget: StreamBudget | None = None,
 ) -> None:
     """Fill every target's buffer with its bytes of the file.
 
     Args:
         source: where the bytes come from.
         targets: ranges and their destinations, in any order; ranges may overlap.
-        options: gap and part size limits, and the concurrency of a call given no budget.
+        options: the gap limit, and the streams and part size of a call given no budget.
         cached_prefix: bytes ``[0, len(cached_prefix))`` of the file, already in memory.
-        in_flight: the budget of requests in flight that this call shares with others (the
-            file's or the model's); by default one of ``options.max_concurrency`` of its own.
+        budget: the requests in flight that this call shares with others (the file's or the
+            model's), sized by its controller; by default one of its own, from ``options``.
 
     Raises:
-        whatever the source raises; on error, the remaining reads are cancelled.
+        whatever the source raises; on error, the remaining reads are cancelled (and the
+        budget's streams halved: see :mod:`.streams`).
     """
     remaining = _beyond_prefix(targets, cached_prefix)
     if not remaining:
         return
+    if budget is None:
+        budget = StreamBudget.for_options(options)
     plan = plan_reads(
         [t.range for t in remaining],
         max_gap_bytes=options.max_gap_bytes,
-        part_size_bytes=options.part_size_bytes,
+        part_size_bytes=budget.granule_bytes,
     )
-    limit = in_flight if in_flight is not None else asyncio.Semaphore(options.max_concurrency)
     enabled = wanted(options.progress)
     shown = bar(
         total=plan.fetched_bytes,
@@ -72,15 +79,31 @@ async def fetch_into(
         enabled=enabled,
     )
 
-    async def run(part: Part) -> None:
-        counted = _PartBytes(shown, part.range.length)
-        async with limit:
+    async def run(parts: list[Part]) -> None:
+        length = parts[-1].range.end - parts[0].range.start
+        counted = _PartBytes(shown, length)
+        try:
             if enabled:  # per-read counting only when someone watches
                 with counting_bytes(counted):
-                    await _fetch_part(source, part, remaining)
+                    await _fetch_parts(source, parts, remaining)
             else:
-                await _fetch_part(source, part, remaining)
+                await _fetch_parts(source, parts, remaining)
+        except asyncio.CancelledError:
+            budget.give_back()
+            raise
+        except BaseException:
+            budget.release(0, failed=True)
+            raise
+        budget.release(length)
         counted.finish()
+
+    queue = deque(plan.parts)
+    tasks: list[asyncio.Task[None]] = []
+    failed: list[bool] = []
+
+    def note(task: asyncio.Task[None]) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            failed.append(True)
 
     try:
         # Large destinations get their pages mapped on another core while the bytes arrive,
@@ -93,9 +116,45 @@ async def fetch_into(
             else [t.buffer for t in sorted(remaining, key=lambda t: t.range.start)]
         )
         async with Populating(ahead):
-            await gather_or_cancel([run(part) for part in plan.parts])
+            with counting_retries(budget.count_retry):
+                while queue:
+                    await budget.acquire()
+                    if failed:  # a request failed: start no more, raise its error below
+                        budget.give_back()
+                        break
+                    task = asyncio.ensure_future(run(_take(queue, budget.setting.part_size_bytes)))
+                    task.add_done_callback(note)
+                    tasks.append(task)
+                await asyncio.gather(*tasks)
+    except BaseException:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
     finally:
         shown.close()
+
+
+def _take(queue: deque[Part], limit: int) -> list[Part]:
+    """The next request: the first part of ``queue``, and the parts after it that continue it
+    (contiguous in the file, and the same kind: straight into the same destination, or
+    through scratch), while the request stays within ``limit`` bytes."""
+    parts = [queue.popleft()]
+    first = parts[0].direct_target
+    total = parts[0].range.length
+    while queue:
+        following = queue[0]
+        direct = following.direct_target
+        if (
+            following.range.start != parts[-1].range.end
+            or total + following.range.length > limit
+            or (direct is None) != (first is None)
+            or (direct is not None and first is not None and direct.request != first.request)
+        ):
+            break
+        parts.append(queue.popleft())
+        total += following.range.length
+    return parts
 
 
 def fetch_into_blocking(
@@ -124,7 +183,7 @@ def fetch_into_blocking(
     plan = plan_reads(
         [t.range for t in remaining],
         max_gap_bytes=options.max_gap_bytes,
-        part_size_bytes=options.part_size_bytes,
+        part_size_bytes=options.fixed_part_size_bytes,
     )
     for part in plan.parts:
         direct = part.direct_target
@@ -205,14 +264,18 @@ async def gather_or_cancel(coroutines: Sequence[Coroutine[Any, Any, None]]) -> N
         raise
 
 
-async def _fetch_part(source: ByteSource, part: Part, targets: Sequence[Target]) -> None:
-    direct = part.direct_target
+async def _fetch_parts(source: ByteSource, parts: list[Part], targets: Sequence[Target]) -> None:
+    """One request for ``parts`` (see :func:`_take`): straight into their destination, or
+    through scratch, copied out part by part."""
+    start, end = parts[0].range.start, parts[-1].range.end
+    direct = parts[0].direct_target
     if direct is not None:
         buffer = targets[direct.request].buffer
         await source.read_into(
-            part.range.start, buffer[direct.request_offset : direct.request_offset + direct.length]
+            start, buffer[direct.request_offset : direct.request_offset + end - start]
         )
         return
-    view = memoryview(bytearray(part.range.length))
-    await source.read_into(part.range.start, view)
-    _copy_pieces(view, part, targets)
+    view = memoryview(bytearray(end - start))
+    await source.read_into(start, view)
+    for part in parts:
+        _copy_pieces(view[part.range.start - start : part.range.end - start], part, targets)

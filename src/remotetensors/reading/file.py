@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -15,6 +14,7 @@ from ..options import DEFAULT_CHUNK_BYTES, ReadOptions
 from ..ranges import ByteRange
 from ..sources.base import CountingSource, Traffic
 from .assemble import OutputArray
+from .budget import StreamBudget
 from .fetch import Target, fetch_into, fetch_into_blocking
 from .frameworks import check_framework, convert
 from .slicing import SliceChunk, plan_slice
@@ -59,15 +59,16 @@ class AsyncTensorFile:
         self._framework = check_framework(framework)
         self._closed = False
         # One budget of requests in flight for every call on this file (or, once a model
-        # shares its own, on every file of the model): concurrent calls do not multiply it.
-        self._in_flight = asyncio.Semaphore(options.max_concurrency)
+        # shares its own, on every file of the model): concurrent calls do not multiply it,
+        # and what one call measured of the link sizes the next.
+        self._in_flight = StreamBudget.for_options(options)
 
     @property
     def read_options(self) -> ReadOptions:
         """How this file is read (gap, part size, concurrency)."""
         return self._options
 
-    def share_in_flight(self, budget: asyncio.Semaphore) -> None:
+    def share_in_flight(self, budget: StreamBudget) -> None:
         """Count this file's requests in flight against ``budget`` (a model's, shared by its
         files) instead of the file's own."""
         self._in_flight = budget
@@ -171,7 +172,7 @@ class AsyncTensorFile:
             # no TensorInfo, no plan. One that straddles the two takes the general way below.
             dtype_name, shape, start, end, _ = row
             numpy_dtype = _WHOLE_BYTE_DTYPES[dtype_name]
-            if numpy_dtype is not None and end - start <= self._options.part_size_bytes:
+            if numpy_dtype is not None and end - start <= self._options.fixed_part_size_bytes:
                 array: Any = None
                 if end <= len(self._prefix):  # a small local file is read whole on open
                     count = (end - start) // numpy_dtype.itemsize
@@ -187,7 +188,7 @@ class AsyncTensorFile:
                         return array
                     return convert(array, dtype_name, self._framework)
         info = self.info(name)
-        if info.end - info.start > self._options.part_size_bytes:
+        if info.end - info.start > self._options.fixed_part_size_bytes:
             return None
         out = OutputArray(info.dtype_info, info.shape)
         if info.start < len(self._prefix):
@@ -203,10 +204,11 @@ class AsyncTensorFile:
         """:meth:`get_tensors` in the calling thread, when that is the cheaper way; else None.
 
         It is when the source reads without an event loop (a local file) and the tensors are
-        small (at most ``part_size_bytes`` in all): a ``preadv`` of a few kilobytes takes
-        microseconds, a round trip to the IO thread tens. Larger reads return None and go the
-        async way, which spreads them over worker threads. The sync facade uses this; it is
-        not a second bridge, as nothing here waits on a loop: it is a plain blocking read.
+        small (at most :attr:`ReadOptions.fixed_part_size_bytes` in all): a ``preadv`` of a
+        few kilobytes takes microseconds, a round trip to the IO thread tens. Larger reads
+        return None and go the async way, which spreads them over worker threads. The sync
+        facade uses this; it is not a second bridge, as nothing here waits on a loop: it is
+        a plain blocking read.
         """
         blocking = self._source.blocking()
         if blocking is None:
@@ -216,7 +218,7 @@ class AsyncTensorFile:
             # The whole file is in memory (see WHOLE_FILE_BYTES): tensor by tensor, no plan.
             return {name: self.get_tensor_now(name) for name in wanted}
         infos = [self.info(name) for name in wanted]
-        if sum(info.end - info.start for info in infos) > self._options.part_size_bytes:
+        if sum(info.end - info.start for info in infos) > self._options.fixed_part_size_bytes:
             return None
         outputs = [OutputArray(info.dtype_info, info.shape) for info in infos]
         targets = [
@@ -259,9 +261,9 @@ class AsyncTensorFile:
 
     async def _read_slice(self, info: TensorInfo, index: Any) -> Any:
         """Fetch ``info[index]``: runs far apart, or long, straight into the result; the spans
-        covering a strided selection through a scratch buffer of at most ``part_size_bytes *
-        max_concurrency`` bytes, chunk after chunk, picked out by numpy (see
-        :meth:`SlicePlan.chunks`).
+        covering a strided selection through a scratch buffer of at most the bytes that the
+        streams fetch at once (``part_size_bytes * max_concurrency`` where both are pinned),
+        chunk after chunk, picked out by numpy (see :meth:`SlicePlan.chunks`).
 
         Raises:
             SliceError: an index the reference rejects.
@@ -271,7 +273,7 @@ class AsyncTensorFile:
         options = self._options
         chunks = plan.chunks(
             max_gap_bytes=options.max_gap_bytes,
-            chunk_bytes=options.part_size_bytes * options.max_concurrency,
+            chunk_bytes=self._in_flight.setting.bytes_in_flight,
         )
         out = OutputArray(info.dtype_info, plan.shape)
         for targets, then in _chunk_reads(chunks, out):
@@ -283,7 +285,8 @@ class AsyncTensorFile:
         """:meth:`_read_slice` in the calling thread, when that is cheaper; else None.
 
         It is when the source reads without an event loop (a local file), unless the slice is
-        read straight into the result and is larger than ``part_size_bytes`` (worker threads
+        read straight into the result and is larger than
+        :attr:`ReadOptions.fixed_part_size_bytes` (worker threads
         then read its parts in parallel, on the async path). A strided selection is gathered
         through a scratch buffer of :data:`LOCAL_CHUNK_BYTES` here.
 
@@ -298,7 +301,7 @@ class AsyncTensorFile:
         chunks = plan.chunks(
             max_gap_bytes=self._options.max_gap_bytes, chunk_bytes=LOCAL_CHUNK_BYTES
         )
-        if chunks and chunks[0].direct and plan.nbytes > self._options.part_size_bytes:
+        if chunks and chunks[0].direct and plan.nbytes > self._options.fixed_part_size_bytes:
             return None
         out = OutputArray(info.dtype_info, plan.shape)
         for targets, then in _chunk_reads(chunks, out):
@@ -315,7 +318,7 @@ class AsyncTensorFile:
             targets,
             options=self._options,
             cached_prefix=self._prefix,
-            in_flight=self._in_flight,
+            budget=self._in_flight,
         )
 
     # --- lifetime ------------------------------------------------------------------------------

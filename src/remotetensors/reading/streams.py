@@ -36,6 +36,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+from ..options import DEFAULT_MAX_BYTES_IN_FLIGHT
+
 MIB = 1024 * 1024
 
 START_STREAMS = 4
@@ -53,12 +55,6 @@ MAX_PART_BYTES = 64 * MIB
 
 MAX_STREAMS = 64
 """Most streams the controller picks (an HTTP client keeps 64 connections by default)."""
-
-DEFAULT_MAX_BYTES_IN_FLIGHT = 64 * MIB
-"""Default bound of ``streams * part_size_bytes``: on a link of 50 ms round trips that still
-allows about 1.3 GB/s; a read whose parts go straight into their arrays holds no memory for
-them, one whose parts go through scratch buffers (several small tensors in one request, or a
-source that returns bytes) holds at most this much."""
 
 GAIN = 1.2
 """A step pays when the throughput after it is at least this many times the one before."""
@@ -146,6 +142,11 @@ class StreamController:
     def setting(self) -> Setting:
         """What to use now: the step being tried, else the setting kept."""
         return self._trial or self._kept
+
+    @property
+    def pinned_part_size_bytes(self) -> int | None:
+        """The part size pinned, or None where it adapts."""
+        return self._pinned_part
 
     @property
     def pinned(self) -> bool:

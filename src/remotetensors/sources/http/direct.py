@@ -71,9 +71,11 @@ from .transport import Meter, TlsFailed
 
 _SCRATCH_BYTES = 64 * 1024
 
-THREAD_BODY_BYTES = 4 * 1024 * 1024
+THREAD_BODY_BYTES = 512 * 1024
 """Bodies at least this long (after the bytes that came with the head) over plain TCP are
-received in a worker thread; a thread's hop costs tens of microseconds, 4 MiB a millisecond."""
+received in a worker thread; a thread's hop costs tens of microseconds, 512 KiB a tenth of a
+millisecond. The adaptive part size goes down to 1 MiB (see ``reading/streams.py``): every
+part of a large read is received in a thread, whatever came with its head."""
 
 _BODY_THREADS = 64
 """Bodies received at once in threads (more wait for a thread, their connections paused)."""

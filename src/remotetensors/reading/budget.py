@@ -1,0 +1,163 @@
+"""The requests in flight of one file or one model: how many may run, measured as they run.
+
+A :class:`StreamBudget` is what a file's reads (or, shared, a model's) wait on before each
+request, as they once waited on a semaphore of ``max_concurrency``. Its size is the
+:class:`~.streams.StreamController`'s current setting: the budget measures what its requests
+deliver in windows and hands each window to the controller, which answers with the streams and
+part size to use next. The controller decides; the budget only counts and keeps time.
+
+A window closes once ``2 * streams`` requests have completed since it opened (long enough that
+requests begun under the previous setting weigh little), or at once on a failure. Its seconds
+count only time when at least one request was in flight, and it is *saturated* when every
+stream allowed was busy for at least :data:`SATURATED_SHARE` of that time (otherwise the reads
+asked for less than the budget allowed, and the window says nothing of the link).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from collections.abc import Callable
+
+from ..options import ReadOptions
+from .streams import MIN_PART_BYTES, Setting, StreamController, Window
+
+log = logging.getLogger("remotetensors")
+
+SATURATED_SHARE = 0.75
+"""Share of a window's busy time with every stream in use for it to count as saturated."""
+
+
+class StreamBudget:
+    """Requests in flight, sized by a controller (see the module).
+
+    Args:
+        controller: decides the streams and part size from the windows measured here.
+        clock: seconds, monotonic (the controller has no clock of its own; this is it).
+    """
+
+    def __init__(
+        self, controller: StreamController, *, clock: Callable[[], float] = time.perf_counter
+    ) -> None:
+        self._controller = controller
+        self._clock = clock
+        self._setting = controller.setting
+        self._in_flight = 0
+        self._waiters: deque[asyncio.Future[None]] = deque()
+        self._mark = clock()
+        self._busy = 0.0
+        self._full = 0.0
+        self._bytes = 0
+        self._completed = 0
+        self._failures = 0
+
+    @classmethod
+    def for_options(cls, options: ReadOptions) -> StreamBudget:
+        """The budget that ``options`` ask for: pinned where they name a number, adaptive
+        elsewhere."""
+        return cls(
+            StreamController(
+                streams=options.max_concurrency,
+                part_size_bytes=options.part_size_bytes,
+                max_bytes_in_flight=options.max_bytes_in_flight,
+            )
+        )
+
+    @property
+    def setting(self) -> Setting:
+        """The streams and part size in use now."""
+        return self._setting
+
+    @property
+    def granule_bytes(self) -> int:
+        """The size reads are planned in: parts of at most this many bytes, which a request
+        joins up to :attr:`setting`'s part size (the pinned size, where one is pinned)."""
+        return self._setting.part_size_bytes if self._part_pinned else MIN_PART_BYTES
+
+    @property
+    def _part_pinned(self) -> bool:
+        return self._controller.pinned_part_size_bytes is not None
+
+    async def acquire(self) -> None:
+        """Wait for a stream; the caller must :meth:`release` it (or :meth:`give_back`)."""
+        if self._in_flight < self._setting.streams and not self._waiters:
+            self._enter()
+            return
+        waiter = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        try:
+            await waiter
+        except asyncio.CancelledError:
+            if waiter.done() and not waiter.cancelled():
+                self.give_back()  # a stream was handed over as the wait was cancelled
+            else:
+                self._waiters.remove(waiter)
+            raise
+
+    def release(self, nbytes: int, *, failed: bool = False) -> None:
+        """A request ended: ``nbytes`` delivered, or ``failed``; the window may close."""
+        self._account()
+        self._in_flight -= 1
+        self._bytes += nbytes
+        self._completed += 1
+        self._failures += failed
+        if self._failures or self._completed >= 2 * self._setting.streams:
+            self._close_window()
+        self._wake()
+
+    def give_back(self) -> None:
+        """A stream acquired but not used (a read cancelled before its request): nothing is
+        learnt from it."""
+        self._account()
+        self._in_flight -= 1
+        self._wake()
+
+    def count_retry(self, *_: object) -> None:
+        """A request of this budget's reads was retried (a status listener): a failure."""
+        self._failures += 1
+
+    def _enter(self) -> None:
+        self._account()
+        self._in_flight += 1
+
+    def _account(self) -> None:
+        """Add the time since the last change to the window: busy while a request is in
+        flight, full while every stream allowed is."""
+        now = self._clock()
+        elapsed, self._mark = now - self._mark, now
+        if self._in_flight:
+            self._busy += elapsed
+            if self._in_flight >= self._setting.streams:
+                self._full += elapsed
+
+    def _close_window(self) -> None:
+        window = Window(
+            bytes=self._bytes,
+            seconds=self._busy,
+            saturated=self._full >= SATURATED_SHARE * self._busy,
+            failures=self._failures,
+        )
+        self._bytes = self._completed = self._failures = 0
+        self._busy = self._full = 0.0
+        before, self._setting = self._setting, self._controller.observe(window)
+        if self._setting != before:
+            log.debug(
+                "streams %d x %d KiB -> %d x %d KiB (%.0f MB/s over %.3f s%s)",
+                before.streams,
+                before.part_size_bytes >> 10,
+                self._setting.streams,
+                self._setting.part_size_bytes >> 10,
+                window.bytes / window.seconds / 1e6 if window.seconds else 0.0,
+                window.seconds,
+                f", {window.failures} failed" if window.failures else "",
+            )
+
+    def _wake(self) -> None:
+        """Hand free streams to the waiters, first come first served."""
+        while self._waiters and self._in_flight < self._setting.streams:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                self._enter()
+                waiter.set_result(None)
