@@ -17,6 +17,7 @@ import select
 import socket
 import ssl
 import threading
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -275,3 +276,65 @@ def chunked(
     if end:
         out += b"0\r\n" + trailer + b"\r\n"
     return bytes(out)
+
+
+class Paced:
+    """Answers ranged GETs of ``data`` (a correct 206 each, with an ETag) at a paced rate, the
+    shape of a real link on loopback: ``per_connection`` bytes per second for each connection
+    (nginx's ``limit_rate``, a WAN or S3, where more connections carry more), ``total`` bytes
+    per second for all of them together (a link that more connections cannot widen), or both.
+
+    Use it as a :class:`RawServer`'s handler. It counts the answers it sends at once
+    (``in_flight``, and ``peak``, the most at once: the client's streams) and the body bytes
+    sent (``sent``), and nothing by the clock: tests assert counts, never times.
+    """
+
+    CHUNK = 16 * 1024
+
+    def __init__(
+        self, data: bytes, *, per_connection: float | None = None, total: float | None = None
+    ) -> None:
+        self.data = data
+        self.per_connection = per_connection
+        self.total = total
+        self.in_flight = 0
+        self.peak = 0
+        self.sent = 0
+        self._lock = threading.Lock()
+        self._link_free_at = 0.0  # when the shared link has sent what was handed to it
+
+    def __call__(self, request: Request, number: int) -> Reply:
+        answer, body = partial(self.data, request, fields=[("ETag", '"paced"')])
+
+        def write(conn: socket.socket) -> bool:
+            with self._lock:
+                self.in_flight += 1
+                self.peak = max(self.peak, self.in_flight)
+            try:
+                conn.sendall(answer)
+                began = time.monotonic()
+                for offset in range(0, len(body), self.CHUNK):
+                    piece = body[offset : offset + self.CHUNK]
+                    self._wait_for_turn(len(piece), began, offset)
+                    conn.sendall(piece)
+                    with self._lock:
+                        self.sent += len(piece)
+            finally:
+                with self._lock:
+                    self.in_flight -= 1
+            return True
+
+        return write
+
+    def _wait_for_turn(self, size: int, began: float, sent_before: int) -> None:
+        """Sleep until ``size`` more bytes keep this connection, and the link, at their pace."""
+        now = time.monotonic()
+        until = now
+        if self.per_connection is not None:
+            until = max(until, began + (sent_before + size) / self.per_connection)
+        if self.total is not None:
+            with self._lock:
+                self._link_free_at = max(self._link_free_at, now) + size / self.total
+                until = max(until, self._link_free_at)
+        if until > now:
+            time.sleep(until - now)

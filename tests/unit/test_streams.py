@@ -1,8 +1,10 @@
 """The adaptive stream controller (``reading/streams.py``): its decisions, fed with windows
-measured on model links, without a network, a loop or a clock."""
+measured on model links, without a network, a loop or a clock; and the budget that measures
+those windows as requests run (``reading/budget.py``), on a clock the tests move by hand."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 
 import pytest
@@ -10,8 +12,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from remotetensors.options import DEFAULT_MAX_BYTES_IN_FLIGHT
+from remotetensors.reading.budget import StreamBudget
 from remotetensors.reading.streams import (
     COLLAPSE,
+    COLLAPSE_WINDOWS,
     GAIN,
     MAX_PART_BYTES,
     MAX_STREAMS,
@@ -24,6 +28,7 @@ from remotetensors.reading.streams import (
     StreamController,
     Window,
 )
+from remotetensors.status import Retrying, counting_retries, retrying
 
 Link = Callable[[Setting], float]
 """Bytes per second that a link gives at a setting."""
@@ -146,9 +151,22 @@ def test_a_collapse_at_an_unchanged_setting_backs_off() -> None:
     controller = StreamController()
     run(controller, capped(), windows=REPROBE_WINDOWS // 2)
     held = controller.setting
-    rate = capped()(held)
-    controller.observe(Window(int(rate * COLLAPSE * 0.9), 1.0))
+    slow = Window(int(capped()(held) * COLLAPSE * 0.9), 1.0)
+    for _ in range(COLLAPSE_WINDOWS - 1):
+        assert controller.observe(slow) == held  # one slow window is noise
+    controller.observe(slow)
     assert controller.setting.streams == held.streams // 2
+
+
+def test_a_slow_window_between_good_ones_is_noise() -> None:
+    controller = StreamController()
+    run(controller, capped(), windows=REPROBE_WINDOWS // 2)
+    held = controller.setting
+    rate = capped()(held)
+    for _ in range(5):
+        controller.observe(Window(int(rate * COLLAPSE * 0.9), 1.0))
+        controller.observe(Window(int(rate), 1.0))
+    assert controller.setting == held
 
 
 def test_windows_limited_by_demand_teach_nothing() -> None:
@@ -255,3 +273,127 @@ def test_the_cap_and_the_bounds_hold_whatever_is_measured(
         assert setting.part_size_bytes <= MAX_PART_BYTES
         assert setting.part_size_bytes >= min(MIN_PART_BYTES, cap)
         assert setting.bytes_in_flight <= cap
+
+
+# --- the budget that measures windows and hands them to the controller --------------------------
+
+
+class Clock:
+    """A clock the test moves by hand (seconds)."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Recording(StreamController):
+    """A controller that records the windows it is shown."""
+
+    def __init__(self, **kwargs: int) -> None:
+        super().__init__(**kwargs)
+        self.windows: list[Window] = []
+
+    def observe(self, window: Window) -> Setting:
+        self.windows.append(window)
+        return super().observe(window)
+
+
+async def test_the_budget_measures_windows_of_busy_time_only() -> None:
+    clock = Clock()
+    controller = Recording()
+    budget = StreamBudget(controller, clock=clock)
+    streams = budget.setting.streams
+    for _ in range(2):  # two rounds of every stream: one window
+        for _ in range(streams):
+            await budget.acquire()
+        clock.now += 0.5
+        for _ in range(streams):
+            budget.release(MIB)
+        clock.now += 100.0  # idle between reads: not the link's time
+    (window,) = controller.windows
+    assert window == Window(bytes=2 * streams * MIB, seconds=1.0, saturated=True, failures=0)
+    assert budget.setting.streams == 2 * streams  # the controller's first step
+
+
+async def test_a_window_that_demand_limited_is_not_saturated() -> None:
+    clock = Clock()
+    controller = Recording()
+    budget = StreamBudget(controller, clock=clock)
+    for _ in range(2 * budget.setting.streams):  # one request at a time
+        await budget.acquire()
+        clock.now += 0.1
+        budget.release(MIB)
+    (window,) = controller.windows
+    assert not window.saturated
+    assert budget.setting == controller.setting == Setting(START_STREAMS, START_PART_BYTES)
+
+
+async def test_the_budget_never_lets_more_than_its_streams_run() -> None:
+    budget = StreamBudget(StreamController(streams=3))
+    running = peak = 0
+
+    async def request() -> None:
+        nonlocal running, peak
+        await budget.acquire()
+        running += 1
+        peak = max(peak, running)
+        await asyncio.sleep(0)
+        running -= 1
+        budget.release(1)
+
+    await asyncio.gather(*(request() for _ in range(20)))
+    assert peak == 3
+
+
+async def test_more_streams_wake_the_waiters_at_once() -> None:
+    clock = Clock()
+    budget = StreamBudget(StreamController(), clock=clock)
+    streams = budget.setting.streams
+    for _ in range(streams):
+        await budget.acquire()
+    waiting = [asyncio.ensure_future(budget.acquire()) for _ in range(3 * streams)]
+    await asyncio.sleep(0)
+    assert not any(w.done() for w in waiting)
+    clock.now += 1.0
+    for _ in range(streams):
+        budget.release(MIB)  # a full round: streams waiting took each stream freed
+    await asyncio.sleep(0)
+    assert sum(w.done() for w in waiting) == streams
+    clock.now += 1.0
+    for _ in range(streams):
+        budget.release(MIB)  # the last one closes the window: twice the streams
+    await asyncio.sleep(0)
+    assert budget.setting.streams == 2 * streams
+    assert all(w.done() for w in waiting)  # freed streams, and the new ones at once
+
+
+async def test_a_failed_request_halves_the_streams() -> None:
+    budget = StreamBudget(StreamController())
+    streams = budget.setting.streams
+    await budget.acquire()
+    budget.release(0, failed=True)
+    assert budget.setting.streams == streams // 2
+
+
+async def test_a_retried_request_halves_the_streams() -> None:
+    budget = StreamBudget(StreamController())
+    streams = budget.setting.streams
+    await budget.acquire()
+    with counting_retries(budget.count_retry):
+        retrying(Retrying("http://x/m.safetensors", 1, 5, "HTTP 503", 0.0))
+    budget.release(MIB)
+    assert budget.setting.streams == streams // 2
+
+
+async def test_a_cancelled_wait_leaks_no_stream() -> None:
+    budget = StreamBudget(StreamController(streams=1))
+    await budget.acquire()
+    waiter = asyncio.ensure_future(budget.acquire())
+    await asyncio.sleep(0)
+    budget.release(1)  # hands the stream to the waiter...
+    waiter.cancel()  # ... which is cancelled before it runs: it must give it back
+    with pytest.raises(asyncio.CancelledError):
+        await waiter
+    await asyncio.wait_for(budget.acquire(), 1)  # the one stream is free

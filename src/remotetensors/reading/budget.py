@@ -22,7 +22,7 @@ from collections import deque
 from collections.abc import Callable
 
 from ..options import ReadOptions
-from .streams import MIN_PART_BYTES, Setting, StreamController, Window
+from .streams import Setting, StreamController, Window
 
 log = logging.getLogger("remotetensors")
 
@@ -73,12 +73,8 @@ class StreamBudget:
     @property
     def granule_bytes(self) -> int:
         """The size reads are planned in: parts of at most this many bytes, which a request
-        joins up to :attr:`setting`'s part size (the pinned size, where one is pinned)."""
-        return self._setting.part_size_bytes if self._part_pinned else MIN_PART_BYTES
-
-    @property
-    def _part_pinned(self) -> bool:
-        return self._controller.pinned_part_size_bytes is not None
+        joins up to :attr:`setting`'s part size."""
+        return self._controller.smallest_part_bytes
 
     async def acquire(self) -> None:
         """Wait for a stream; the caller must :meth:`release` it (or :meth:`give_back`)."""

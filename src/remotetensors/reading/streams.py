@@ -20,7 +20,9 @@ how many requests failed):
 - while holding, it probes upwards again every :data:`REPROBE_WINDOWS` windows (the link may
   have changed);
 - **back-off**: failed requests (retries, errors) halve the streams at once, and so does a
-  throughput that collapses below :data:`COLLAPSE` of what the setting gave before;
+  throughput that stays below :data:`COLLAPSE` of what the setting gave before for
+  :data:`COLLAPSE_WINDOWS` windows in a row (one slow window is noise: a burst of page faults,
+  another process on the core);
 - it never lets ``streams * part_size_bytes`` pass ``max_bytes_in_flight`` (a part that does
   not land straight in its destination holds that much memory; growing streams shrinks parts
   to stay under it, down to :data:`MIN_PART_BYTES`);
@@ -61,7 +63,10 @@ GAIN = 1.2
 
 COLLAPSE = 0.5
 """At an unchanged setting, a throughput below this share of the one measured before is a
-collapse (a server or link under strain): the streams are halved."""
+collapse (a server or link under strain)..."""
+
+COLLAPSE_WINDOWS = 2
+"""... once it lasts this many windows in a row: the streams are then halved."""
 
 REPROBE_WINDOWS = 32
 """Windows held before the controller probes upwards again."""
@@ -137,6 +142,7 @@ class StreamController:
         self._trial: Setting | None = None  # a step being measured
         self._phase = _Phase.STREAMS
         self._held = 0
+        self._collapsed = 0  # windows in a row below COLLAPSE of the kept rate
 
     @property
     def setting(self) -> Setting:
@@ -144,9 +150,12 @@ class StreamController:
         return self._trial or self._kept
 
     @property
-    def pinned_part_size_bytes(self) -> int | None:
-        """The part size pinned, or None where it adapts."""
-        return self._pinned_part
+    def smallest_part_bytes(self) -> int:
+        """The smallest part this controller ever picks (the pinned size, where pinned): reads
+        are planned in parts of at most this size, and a request joins several of them."""
+        if self._pinned_part is not None:
+            return self._pinned_part
+        return min(MIN_PART_BYTES, self._cap)
 
     @property
     def pinned(self) -> bool:
@@ -170,7 +179,9 @@ class StreamController:
                 self._phase = _Phase.PARTS if self._phase is _Phase.STREAMS else _Phase.HOLD
             return self._step()
         if self._kept_rate is not None and rate < self._kept_rate * COLLAPSE:
-            return self._back_off()
+            self._collapsed += 1
+            return self._back_off() if self._collapsed >= COLLAPSE_WINDOWS else self._kept
+        self._collapsed = 0
         self._kept_rate = rate if self._kept_rate is None else (self._kept_rate + rate) / 2
         if self._phase is _Phase.HOLD:
             self._held += 1
@@ -202,6 +213,7 @@ class StreamController:
         self._trial = None
         self._phase = _Phase.HOLD
         self._held = 0
+        self._collapsed = 0
         return self._kept
 
     def _fit(self, streams: int, part_size_bytes: int) -> Setting:
@@ -218,7 +230,7 @@ class StreamController:
             if self._pinned_streams is None:
                 streams = max(1, min(streams, self._cap // part))
             return Setting(streams, part)
-        floor = min(MIN_PART_BYTES, self._cap)
+        floor = self.smallest_part_bytes
         part = max(floor, min(part_size_bytes, MAX_PART_BYTES, self._cap // streams))
         if self._pinned_streams is None and streams * part > self._cap:
             streams = max(1, self._cap // part)

@@ -1,0 +1,165 @@
+"""Streams that adapt to the link (``reading/streams.py``, ``reading/budget.py``), on loopback.
+
+A paced server (``tests/rawservers.py``'s :class:`Paced`) gives the two shapes of link that
+decide the number of streams: one that caps each connection (nginx's ``limit_rate``, a WAN, S3:
+more connections carry more) and one whose throughput more connections cannot raise (two cores
+on loopback, where the CPU is the bound). The reader, at its defaults, must grow past the
+streams it keeps on the second. Tests count streams (answers in flight at the server, and its
+connections) and bytes, never times: the pace only shapes what the controller measures.
+
+The scale is shrunk so that a read takes a fraction of a second: parts of 64 KiB at first (the
+defaults' 4 MiB at a few MB/s would take minutes), at paces of a few MB/s per connection, far
+below what two cores do, so that the pace and nothing else is what the controller sees.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import remotetensors as rt
+from remotetensors.reading import streams
+from tests.hub_standin import HubStandIn
+from tests.rawservers import Paced, RawServer
+from tests.reference import write_reference
+
+KIB = 1024
+
+
+@pytest.fixture
+def small_scale(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The controller's parts at 64 KiB to start with, and down to 64 KiB."""
+    monkeypatch.setattr(streams, "START_PART_BYTES", 64 * KIB)
+    monkeypatch.setattr(streams, "MIN_PART_BYTES", 64 * KIB)
+
+
+def tensor_file(mib: int, seed: int = 0) -> tuple[bytes, np.ndarray]:
+    w = np.random.default_rng(seed).standard_normal(mib * 256 * KIB).astype(np.float32)
+    return write_reference({"w": w}), w
+
+
+@pytest.mark.usefixtures("small_scale")
+def test_streams_grow_past_a_link_that_more_streams_cannot_widen(
+    serve: Callable[..., RawServer],
+) -> None:
+    per_connection = 2e6  # bytes per second
+    capped_data, capped_w = tensor_file(16)
+    capped = Paced(capped_data, per_connection=per_connection)
+    capped_server = serve(capped)
+    # The same total as START_STREAMS capped connections, however many connections share it.
+    flat_data, flat_w = tensor_file(4, seed=1)
+    flat = Paced(flat_data, total=streams.START_STREAMS * per_connection)
+    flat_server = serve(flat)
+
+    with rt.safe_open(f"{capped_server.url}/m.safetensors") as f:
+        assert np.array_equal(f.get_tensor("w"), capped_w)
+    with rt.safe_open(f"{flat_server.url}/m.safetensors") as f:
+        assert np.array_equal(f.get_tensor("w"), flat_w)
+
+    # Where more connections carry more, the streams doubled while that paid: past 4x the start.
+    assert capped.peak >= 4 * streams.START_STREAMS, capped.peak
+    assert capped_server.connections >= 4 * streams.START_STREAMS
+    # Where they do not, one step up was tried, measured, and undone.
+    assert flat.peak <= 2 * streams.START_STREAMS, flat.peak
+    assert capped.peak > flat.peak
+    # Every byte once, whatever the streams: the first window, then the rest.
+    assert capped.sent == len(capped_data)
+    assert flat.sent == len(flat_data)
+
+
+@pytest.mark.usefixtures("small_scale")
+def test_explicit_options_pin_the_streams_and_parts(serve: Callable[..., RawServer]) -> None:
+    data, w = tensor_file(4)
+    paced = Paced(data, per_connection=2e6)
+    server = serve(paced)
+    options = rt.ReadOptions(max_concurrency=3, part_size_bytes=256 * KIB)
+    with rt.safe_open(f"{server.url}/m.safetensors", options=options) as f:
+        assert np.array_equal(f.get_tensor("w"), w)
+    assert paced.peak == 3  # where growth pays, the pin holds
+    ranges = [r.range for r in server.requests[1:]]
+    assert all(r is not None and r[1] - r[0] <= 256 * KIB for r in ranges)
+    assert paced.sent == len(data)
+
+
+@pytest.mark.usefixtures("small_scale")
+def test_pinned_streams_still_adapt_the_parts_within_the_cap(
+    serve: Callable[..., RawServer],
+) -> None:
+    data, w = tensor_file(4)
+    server = serve(Paced(data, per_connection=8e6))
+    options = rt.ReadOptions(max_concurrency=2, max_bytes_in_flight=256 * KIB)
+    with rt.safe_open(f"{server.url}/m.safetensors", options=options) as f:
+        assert np.array_equal(f.get_tensor("w"), w)
+    ranges = [r.range for r in server.requests[1:]]
+    assert all(r is not None and r[1] - r[0] <= 128 * KIB for r in ranges)  # 2 x 128 KiB
+
+
+# --- every source reads through the controller ---------------------------------------------------
+
+
+@pytest.fixture
+def windows(monkeypatch: pytest.MonkeyPatch, small_scale: None) -> Iterator[list[object]]:
+    """Every window a controller is shown."""
+    seen: list[object] = []
+    real = streams.StreamController.observe
+
+    def observe(self: streams.StreamController, window: streams.Window) -> streams.Setting:
+        seen.append(window)
+        return real(self, window)
+
+    monkeypatch.setattr(streams.StreamController, "observe", observe)
+    yield seen
+
+
+def read_all(location: str, expected: np.ndarray) -> int:
+    """Read tensor ``w`` at the defaults; the requests it took (the header window's too).
+    Without the controller, one request of 16 MiB would have read what follows the window."""
+    with rt.safe_open(location) as f:
+        assert np.array_equal(f.get_tensor("w"), expected)
+        return int(f.traffic.requests)
+
+
+SPLIT = 8
+"""At least this many requests: the tensor read in the controller's parts."""
+
+
+def test_a_local_file_reads_through_the_controller(tmp_path: Path, windows: list[object]) -> None:
+    data, w = tensor_file(20)  # over 16 MiB: not read in the calling thread
+    path = tmp_path / "m.safetensors"
+    path.write_bytes(data)
+    assert read_all(str(path), w) >= SPLIT
+    assert windows
+
+
+def test_an_fsspec_file_reads_through_the_controller(windows: list[object]) -> None:
+    import fsspec
+
+    data, w = tensor_file(4)
+    fsspec.filesystem("memory").pipe("/adaptive/m.safetensors", data)
+    try:
+        assert read_all("memory://adaptive/m.safetensors", w) >= SPLIT
+    finally:
+        fsspec.filesystem("memory").rm("/adaptive/m.safetensors")
+    assert windows
+
+
+def test_an_http_file_reads_through_the_controller(
+    serve: Callable[..., RawServer], windows: list[object]
+) -> None:
+    data, w = tensor_file(4)
+    server = serve(Paced(data))
+    assert read_all(f"{server.url}/m.safetensors", w) >= SPLIT
+    assert windows
+
+
+def test_a_hub_file_reads_through_the_controller(
+    hub: HubStandIn, monkeypatch: pytest.MonkeyPatch, windows: list[object]
+) -> None:
+    data, w = tensor_file(4)
+    hub.add("org/m", {"model.safetensors": data})
+    monkeypatch.setenv("HF_ENDPOINT", hub.endpoint)
+    assert read_all("hf://org/m/model.safetensors", w) >= SPLIT
+    assert windows
