@@ -14,7 +14,7 @@ below what two cores do, so that the pace and nothing else is what the controlle
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -101,7 +101,7 @@ def test_pinned_streams_still_adapt_the_parts_within_the_cap(
 
 
 @pytest.fixture
-def windows(monkeypatch: pytest.MonkeyPatch, small_scale: None) -> Iterator[list[object]]:
+def windows(monkeypatch: pytest.MonkeyPatch, small_scale: None) -> list[object]:
     """Every window a controller is shown."""
     seen: list[object] = []
     real = streams.StreamController.observe
@@ -111,7 +111,7 @@ def windows(monkeypatch: pytest.MonkeyPatch, small_scale: None) -> Iterator[list
         return real(self, window)
 
     monkeypatch.setattr(streams.StreamController, "observe", observe)
-    yield seen
+    return seen
 
 
 def read_all(location: str, expected: np.ndarray) -> int:
