@@ -224,9 +224,9 @@ def test_a_large_body_is_received_in_a_worker_thread_and_its_connection_kept(
     seen: list[tuple[str, int]] = []  # (thread name, body bytes left when handed over)
     real = rawhttp._receive
 
-    def spy(sock: Any, body: Body, *rest: Any) -> None:
+    def spy(sock: Any, body: Body, *rest: Any, **named: Any) -> None:
         seen.append((threading.current_thread().name, len(body.target) - body.received))
-        real(sock, body, *rest)
+        real(sock, body, *rest, **named)
 
     monkeypatch.setattr(rawhttp, "_receive", spy)
     rng = np.random.default_rng(5)

@@ -30,18 +30,20 @@ spaces and non-ASCII characters percent-encoded once (a ``%20`` stays), dot segm
 the authority without userinfo (IPv6 literals keep their brackets: ``Host: [::1]:8080``) nor a
 default port.
 
-A body of at least :data:`THREAD_BODY_BYTES` over plain TCP is received in a worker thread: the
-transport stops reading, the thread receives into the destination from the same connection
-(``recv_into`` releases the GIL), and the loop takes the connection back when the body is
-complete. The copy out of the socket, and the page faults of a fresh array, then run on as many
-cores as there are bodies in flight, where the loop's thread did them all one after another
+A body of at least :data:`THREAD_BODY_BYTES` is received in a worker thread: the transport stops
+reading, the thread receives into the destination from the same connection (``recv_into``
+releases the GIL), and the loop takes the connection back when the body is complete. The copy
+out of the socket, and the page faults of a fresh array, then run on as many cores as there
+are bodies in flight, where the loop's thread did them all one after another
 (on two cores, medians of alternated rounds against nginx: four 128 MiB tensors went from 0.96
 to 1.03 of ``curl --parallel``, one 512 MiB tensor from 0.89 to 1.05 of curl; see
 ``benchmarks/results/2026-11-23-round5.md``). Everything else is unchanged: the watchdog sees
 the thread's bytes, and an error, a timeout or a cancellation shuts the socket down, which ends
 the thread's wait at once. A thread reads every framing as the loop does (the same
-:class:`~.framing.Body` says where its bytes go). TLS bodies stay in the loop (the transport
-decrypts them).
+:class:`~.framing.Body` says where its bytes go). Over HTTPS the connection is a blocking-style
+:class:`ssl.SSLSocket` (:mod:`.tlsconn`) that the thread borrows, so that it decrypts too,
+where asyncio's TLS transport decrypted every byte in the loop's thread (one core for all of
+them: 0.74-0.96 of curl).
 """
 
 from __future__ import annotations
@@ -67,13 +69,14 @@ from .framing import Body, BodyOverrun, FramingError, LengthBody, body_for
 from .head import Fields, HeadError, parse_response_head, request_head
 from .selfcancel import withdraw_own_cancel
 from .tls import handshake_failure, origin_of, shared_ssl_context
+from .tlsconn import TlsTransport, connect_tls
 from .transport import Meter, TlsFailed
 
 _SCRATCH_BYTES = 64 * 1024
 
 THREAD_BODY_BYTES = 512 * 1024
-"""Bodies at least this long (after the bytes that came with the head) over plain TCP are
-received in a worker thread; a thread's hop costs tens of microseconds, 512 KiB a tenth of a
+"""Bodies at least this long (after the bytes that came with the head) are received in a
+worker thread; a thread's hop costs tens of microseconds, 512 KiB a tenth of a
 millisecond. The adaptive part size goes down to 1 MiB (see ``reading/streams.py``): every
 part of a large read is received in a thread, whatever came with its head."""
 
@@ -155,11 +158,10 @@ class _Protocol(asyncio.BufferedProtocol):
         scratch: where head bytes (and a chunked body's framing) land before they are read;
             shared by the connections of one client (one loop), since the loop fills it and
             calls :meth:`buffer_updated` at once, before it reads any other socket.
-        plain: the connection is plain TCP (no TLS): large bodies may go to a thread.
         idle_seconds: a body thread gives up after this long without a byte.
     """
 
-    def __init__(self, scratch: bytearray, *, plain: bool, idle_seconds: float) -> None:
+    def __init__(self, scratch: bytearray, *, idle_seconds: float) -> None:
         self.transport: asyncio.Transport | None = None
         self.closed = False
         self._scratch = memoryview(scratch)
@@ -173,11 +175,10 @@ class _Protocol(asyncio.BufferedProtocol):
         self.on_body_bytes: Callable[[int], None] | None = None
         self.done: asyncio.Future[RawResponse] | None = None
         self.keep_alive = False
-        # Large bodies go to a thread only on plain TCP, as the client that connected knows:
-        # over TLS the transport's socket carries ciphertext.
-        self._plain = plain
         self._idle_seconds = idle_seconds
-        self._body_socket: socket.socket | None = None  # a duplicate, while a thread reads
+        # While a thread reads: a duplicate of the connection's descriptor, which the loop
+        # shuts down to stop the thread (over plain TCP, the thread's own socket).
+        self._body_socket: socket.socket | None = None
         self._stop_thread = threading.Event()
 
     @property
@@ -274,12 +275,17 @@ class _Protocol(asyncio.BufferedProtocol):
             return
         self._body = body
         self._mode = "body"
+        # A long body goes to a thread with the bytes that came with its head: writing them
+        # into the destination is the first touch of its fresh pages, whose faults (a huge
+        # page's at a time) the loop's thread would otherwise serve, one part after another.
+        if len(body.target) - len(leftover) >= THREAD_BODY_BYTES and self._receive_in_thread(
+            leftover
+        ):
+            return
         try:
             body.feed(leftover)
         except (FramingError, BodyOverrun) as exc:
             self._fail(self._failure(exc))
-            return
-        if self._expected - self.received >= THREAD_BODY_BYTES and self._receive_in_thread():
             return
         self._finish_if_done()
 
@@ -293,27 +299,36 @@ class _Protocol(asyncio.BufferedProtocol):
             self.received,
         )
 
-    def _receive_in_thread(self) -> bool:
-        """Hand the rest of the body to a worker thread; False (the loop reads it) over TLS or
-        where the connection's socket cannot be had."""
+    def _receive_in_thread(self, leftover: memoryview) -> bool:
+        """Hand the body to a worker thread, ``leftover`` (its first bytes, which came with the
+        head) first; False (the loop reads it all) where the connection's socket cannot be
+        had."""
         transport, body = self.transport, self._body
-        if transport is None or body is None or not self._plain:
+        if transport is None or body is None:
             return False
-        raw = transport.get_extra_info("socket")
-        if raw is None:
-            return False
-        transport.pause_reading()
-        # A duplicate descriptor of the same connection, so the thread's socket object is its
-        # own: the thread closes it when it ends, even if this loop is closed by then (its
-        # done callback would never run). The loop only shuts it down (see _close).
-        self._body_socket = socket.socket(fileno=os.dup(raw.fileno()))
+        sock: socket.socket
+        if isinstance(transport, TlsTransport):
+            # The thread borrows the TLS socket itself (its state cannot be copied); the loop
+            # wakes it through a duplicate descriptor, and takes the socket back when it ends.
+            sock, owned = transport.lend(), False
+            self._body_socket = transport.waker()
+        else:
+            raw = transport.get_extra_info("socket")
+            if raw is None:
+                return False
+            transport.pause_reading()
+            # A duplicate descriptor of the same connection, so the thread's socket object is
+            # its own: the thread closes it when it ends, even if this loop is closed by then
+            # (its done callback would never run). The loop only shuts it down (see _close).
+            sock = self._body_socket = socket.socket(fileno=os.dup(raw.fileno()))
+            owned = True
         self._stop_thread.clear()
         loop = asyncio.get_running_loop()
         try:
             job = loop.run_in_executor(
                 _body_threads(),
-                _receive,
-                self._body_socket,
+                functools.partial(_receive, owned=owned, leftover=leftover),
+                sock,
                 body,
                 self._moved,
                 functools.partial(self._counted, loop),
@@ -321,8 +336,11 @@ class _Protocol(asyncio.BufferedProtocol):
                 self._idle_seconds,
             )
         except RuntimeError:  # the interpreter is shutting its executors down: the loop reads
-            self._body_socket.close()
+            if owned:
+                sock.close()
             self._body_socket = None
+            if isinstance(transport, TlsTransport):
+                transport.take_back()
             transport.resume_reading()
             return False
         job.add_done_callback(self._body_received)
@@ -346,7 +364,9 @@ class _Protocol(asyncio.BufferedProtocol):
 
     def _body_received(self, job: asyncio.Future[None]) -> None:
         """In the loop, when the body thread ends (complete, failed or stopped)."""
-        self._body_socket = None  # closed by the thread
+        self._body_socket = None  # a plain thread closed its own; a TLS one's is the transport's
+        if isinstance(self.transport, TlsTransport):
+            self.transport.take_back()  # a close asked meanwhile happens now
         if self._mode != "body":  # abandoned, timed out or failed meanwhile: already closing
             return
         assert self._body is not None
@@ -442,16 +462,21 @@ def _receive(
     *,
     poll_seconds: float = _POLL_SECONDS,
     clock: Callable[[], float] = time.monotonic,
+    owned: bool = True,
+    leftover: memoryview | None = None,
 ) -> None:
-    """In a worker thread: receive the rest of ``body`` from ``sock`` (non-blocking, as the loop
-    left it), then close ``sock``. It ends when the body's framing ends (``body.done``), when
-    the connection closes (told to ``body``, which it ends when the close delimits it), on an
-    error, on ``stop``, or after ``idle_seconds`` without a byte (the loop's watchdog ends a
-    stalled body first; this bound holds if the loop is gone, so that no thread outlives it
-    waiting and the interpreter can exit). Each wait for bytes lasts at most ``poll_seconds``;
-    ``clock`` (seconds, monotonic) measures the idle time and the reports. Every receive's size
-    goes to ``moved``; the body bytes it brought go to ``counted`` now and then (see
-    :data:`_REPORT_SECONDS`; the rest at the end).
+    """In a worker thread: take ``leftover`` (bytes of ``body`` already received, see
+    :meth:`Body.feed`), receive the rest of ``body`` from ``sock`` (non-blocking, as the loop
+    left it; a plain socket, or a TLS one that decrypts as it receives), then close ``sock``
+    when ``owned`` (a duplicate of its own; a borrowed TLS socket goes back to the loop). It
+    ends when the body's framing ends (``body.done``), when the connection closes (told to
+    ``body``, which it ends when the close delimits it), on an error, on ``stop``, or after
+    ``idle_seconds`` without a byte (the loop's watchdog ends a stalled body first; this bound
+    holds if the loop is gone, so that no thread outlives it waiting and the interpreter can
+    exit). Each wait for bytes lasts at most ``poll_seconds``; ``clock`` (seconds, monotonic)
+    measures the idle time and the reports. Every receive's size goes to ``moved``; the body
+    bytes it brought go to ``counted`` now and then (see :data:`_REPORT_SECONDS`; the rest at
+    the end).
 
     Raises:
         FramingError, BodyOverrun: from ``body`` (the loop fails the request with them).
@@ -468,11 +493,15 @@ def _receive(
     else:  # Windows
         wait = functools.partial(select.select, [sock], [], [], poll_seconds)
     try:
+        if leftover:
+            body.feed(leftover)
         while not body.done:
             before = body.received
             try:
                 nbytes = sock.recv_into(body.buffer(scratch))
-            except BlockingIOError:
+            except (BlockingIOError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
+                # (A TLS socket that wants to write, to answer a key update, is tried again
+                # after at most poll_seconds: the socket is writable by then.)
                 if stop.is_set() or clock() - last_byte_at > idle_seconds:
                     break
                 wait()  # bounded: the loop shuts the socket down to stop us sooner
@@ -493,7 +522,8 @@ def _receive(
                 unreported = 0
                 reported_at += waited
     finally:
-        sock.close()  # a duplicate: the connection itself stays open for the loop
+        if owned:
+            sock.close()  # a duplicate: the connection itself stays open for the loop
         if unreported:
             counted(unreported)
 
@@ -567,9 +597,9 @@ class RawRangeClient:
     @staticmethod
     def receives_in_threads(url: str) -> bool:
         """Whether bodies of at least :data:`THREAD_BODY_BYTES` from ``url`` are received in
-        worker threads: over plain TCP; over TLS the loop decrypts and receives them."""
+        worker threads: over plain TCP and TLS alike (see :mod:`.tlsconn`)."""
         try:
-            return _address(url)[0][0] != "https"
+            return _address(url)[0][0] in ("http", "https")
         except ValueError:  # a URL that cannot be sent has no bodies
             return False
 
@@ -636,18 +666,18 @@ class RawRangeClient:
 
         timer = loop.call_later(self._connect_timeout, expire)  # see .selfcancel
         try:
-            _, protocol = await loop.create_connection(
-                functools.partial(
-                    _Protocol,
-                    self._scratch,
-                    plain=context is None,  # as receives_in_threads says of the URL
-                    idle_seconds=self._read_timeout + 1.0,
-                ),
-                host,
-                port,
-                ssl=context,
-                server_hostname=host if context else None,
+            factory = functools.partial(
+                _Protocol, self._scratch, idle_seconds=self._read_timeout + 1.0
             )
+            if context is None:
+                _, protocol = await loop.create_connection(factory, host, port)
+            else:
+                # The thread's own bound outlasts the timer above, which ends the wait first.
+                sock = await connect_tls(
+                    host, port, context, timeout_seconds=self._connect_timeout + 1.0
+                )
+                protocol = factory()
+                TlsTransport(loop, sock, protocol)
         except asyncio.CancelledError:
             if expired and withdraw_own_cancel(task):
                 raise RawTimeoutError(f"connect to {host}:{port} timed out") from None
