@@ -1,6 +1,6 @@
 """A certificate authority made in the test, for HTTPS servers on loopback.
 
-:func:`throwaway_ca` makes a CA and a certificate it signed for ``127.0.0.1`` and ``localhost``
+:func:`throwaway_ca` makes a CA and a certificate it signed for ``127.0.0.1``, ``::1`` and ``localhost``
 (keys that live as long as the test): the CA's PEM to trust (``SSL_CERT_FILE``), and a server
 context that presents the certificate (``RawServer(..., tls=context)``).
 """
@@ -65,7 +65,11 @@ def throwaway_ca(folder: Path) -> ThrowawayCA:
         .sign(ca_key, hashes.SHA256())
     )
     key = ec.generate_private_key(ec.SECP256R1())
-    names = [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
+    names = [
+        x509.DNSName("localhost"),
+        x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
+        x509.IPAddress(ipaddress.ip_address("::1")),
+    ]
     leaf = (
         x509.CertificateBuilder()
         .subject_name(_name("localhost"))

@@ -196,14 +196,27 @@ class Seen:
 
 def left_within(conn: socket.socket, seconds: float) -> bool:
     """Whether the client closed ``conn`` within ``seconds``. A client sends nothing while it
-    waits for an answer, so the connection turning readable means it closed (or reset) it."""
+    waits for an answer, so the connection turning readable means it closed (or reset) it.
+    Over TLS (no peeking there) the readable bytes are read: a close, or its ``close_notify``."""
     readable, _, _ = select.select([conn], [], [], seconds)
     if not readable:
         return False
+    if not isinstance(conn, ssl.SSLSocket):
+        try:
+            return conn.recv(1, socket.MSG_PEEK) == b""
+        except OSError:
+            return True
+    before = conn.gettimeout()
+    conn.settimeout(seconds)
     try:
-        return conn.recv(1, socket.MSG_PEEK) == b""
+        return conn.recv(1) == b""
+    except TimeoutError:  # a record that held no byte for the application: still there
+        return False
     except OSError:
         return True
+    finally:
+        with contextlib.suppress(OSError):
+            conn.settimeout(before)
 
 
 def stall(

@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from remotetensors.sources.hub import api as hub_api
+from tests.certificates import ThrowawayCA, throwaway_ca
 from tests.hub_standin import HubStandIn
 from tests.rawservers import RawServer, Reply, Request
 from tests.servers import FaultyServer, Log, static_server
@@ -68,11 +69,39 @@ def hub() -> Iterator[HubStandIn]:
 
 
 @pytest.fixture
-def serve() -> Iterator[Callable[..., RawServer]]:
-    """Start raw servers on free loopback ports; all are stopped after the test."""
+def tls(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> ThrowawayCA:
+    """A CA made for the test, trusted through ``SSL_CERT_FILE`` as a user would trust theirs
+    (the variable is read for each new connection; a context is cached per bundle path)."""
+    ca = throwaway_ca(tmp_path_factory.mktemp("ca"))
+    monkeypatch.setenv("SSL_CERT_FILE", str(ca.ca_file))
+    return ca
+
+
+def over_tls(request: pytest.FixtureRequest) -> bool:
+    """Whether the case runs on a data path over TLS (see :func:`data_path`)."""
+    callspec = getattr(request.node, "callspec", None)
+    return callspec is not None and "TLS" in str(callspec.params.get("data_path", ""))
+
+
+@pytest.fixture
+def scheme(request: pytest.FixtureRequest) -> str:
+    """``https`` on a data path over TLS, else ``http``: for URLs a case writes itself."""
+    return "https" if over_tls(request) else "http"
+
+
+@pytest.fixture
+def serve(request: pytest.FixtureRequest) -> Iterator[Callable[..., RawServer]]:
+    """Start raw servers on free loopback ports; all are stopped after the test.
+
+    On a data path over TLS (see :func:`data_path`), every server speaks HTTPS with a
+    certificate of the test's CA (:func:`tls`, trusted through ``SSL_CERT_FILE``), unless the
+    case names a context of its own or asks for plain HTTP (``tls=None``)."""
     started: list[RawServer] = []
+    ca: ThrowawayCA | None = request.getfixturevalue("tls") if over_tls(request) else None
 
     def start(handler: Callable[[Request, int], Reply], **kwargs: Any) -> RawServer:
+        if ca is not None:
+            kwargs.setdefault("tls", ca.server)
         server = RawServer(handler, **kwargs)
         started.append(server)
         return server
@@ -82,16 +111,36 @@ def serve() -> Iterator[Callable[..., RawServer]]:
         server.stop()
 
 
-@pytest.fixture(params=["direct", "direct, bodies in threads", "httpx"])
+DATA_PATHS = [
+    "direct",
+    "direct, bodies in threads",
+    "httpx",
+    "direct over TLS",
+    "direct over TLS, bodies in threads",
+]
+
+
+@pytest.fixture(params=DATA_PATHS)
 def data_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """Run a case with data bodies read directly into arrays (by the loop, and by worker
-    threads as large bodies are), and through httpx alone (a module asks for it with
-    ``pytestmark = pytest.mark.usefixtures("data_path")``)."""
-    if request.param == "httpx":
+    threads as large bodies are), through httpx alone, and directly over TLS (the servers of
+    :func:`serve` speak HTTPS: bodies decrypted by the loop, and by worker threads); a module
+    asks for it with ``pytestmark = pytest.mark.usefixtures("data_path")``. Returns the
+    request path: ``direct`` or ``httpx``."""
+    return take_data_path(request.param, monkeypatch)
+
+
+def take_data_path(param: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Set the case up for the data path ``param`` (one of :data:`DATA_PATHS`); returns the
+    request path, ``direct`` or ``httpx``."""
+    if param == "httpx":
         # A configured proxy turns the direct reader off; pretend there is one.
         monkeypatch.setattr("remotetensors.sources.http.client.proxy_in_environment", lambda: True)
         return "httpx"
-    if request.param == "direct, bodies in threads":
+    if param.endswith("bodies in threads"):
         # Every body left after its head goes to a thread, however small.
         monkeypatch.setattr("remotetensors.sources.http.direct.THREAD_BODY_BYTES", 1)
+    elif param == "direct over TLS":
+        # Every body stays in the loop, however large: the loop's side of a TLS connection.
+        monkeypatch.setattr("remotetensors.sources.http.direct.THREAD_BODY_BYTES", 1 << 62)
     return "direct"

@@ -29,7 +29,7 @@ from remotetensors.sources.fsspec import FsspecSource
 from remotetensors.sources.http.policy import MAX_REDIRECTS
 from remotetensors.sources.http.source import HttpSource
 from remotetensors.sources.hub.repo import HubPath, HubRepo
-from tests.certificates import ThrowawayCA, throwaway_ca
+from tests.certificates import ThrowawayCA
 from tests.hub_standin import HubStandIn
 from tests.integration.test_hostile_network import (
     FAST,
@@ -67,15 +67,6 @@ def quiet(capfd: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture) -
     for noise in ("never retrieved", "Traceback", "Exception ignored", "Task was destroyed"):
         assert noise not in err, err
     assert not [r.getMessage() for r in caplog.records if r.levelno >= 30]
-
-
-@pytest.fixture
-def tls(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> ThrowawayCA:
-    """A CA made for the test, trusted through ``SSL_CERT_FILE`` as a user would trust theirs
-    (the variable is read for each new connection; a context is cached per bundle path)."""
-    ca = throwaway_ca(tmp_path_factory.mktemp("ca"))
-    monkeypatch.setenv("SSL_CERT_FILE", str(ca.ca_file))
-    return ca
 
 
 def redirect(location: str, status: str = "302 Found") -> bytes:
@@ -283,7 +274,7 @@ def test_a_proxy_gets_the_credentials_of_its_configuration_not_the_callers_heade
 def test_https_is_never_downgraded_to_http(
     serve: Callable[..., RawServer], tls: ThrowawayCA, data_path: str, when: str
 ) -> None:
-    target = serve(good())
+    target = serve(good(), tls=None)
     leads_to = f"{target.url}/cdn/m.safetensors?X-Amz-Signature=s1gnature"
     origin = serve(redirecting(leads_to, when), tls=tls.server)
     url = f"{origin.url}/m.safetensors?token=t0ken"
@@ -307,7 +298,9 @@ def test_https_is_never_downgraded_to_http(
 def test_the_hubs_api_is_never_downgraded_to_http(
     serve: Callable[..., RawServer], tls: ThrowawayCA, data_path: str
 ) -> None:
-    target = serve(lambda request, number: head("200 OK", [("Content-Length", "2")]) + b"[]")
+    target = serve(
+        lambda request, number: head("200 OK", [("Content-Length", "2")]) + b"[]", tls=None
+    )
     api = serve(lambda request, number: redirect(f"{target.url}/listing"), tls=tls.server)
     repo = HubRepo(HubPath.parse("hf://org/m"), endpoint=api.url, token=TOKEN, http_options=FAST)
     with pytest.raises(rt.RedirectError, match=f"to {target.url}/listing"):
@@ -406,7 +399,7 @@ def test_fsspec_http_carries_only_harmless_headers_to_another_origin(
 
 
 def test_fsspec_http_is_never_downgraded(serve: Callable[..., RawServer], tls: ThrowawayCA) -> None:
-    target = serve(served_file)
+    target = serve(served_file, tls=None)
     origin = serve(lambda request, number: redirect(f"{target.url}/m.safetensors"), tls=tls.server)
     trusting = ssl.create_default_context(cafile=str(tls.ca_file))
     with pytest.raises(rt.RedirectError, match="never downgraded"):
