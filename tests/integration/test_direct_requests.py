@@ -25,6 +25,7 @@ import remotetensors as rt
 from remotetensors.sources.http.framing import Body
 from remotetensors.sources.http.source import HttpSource
 from remotetensors.sources.hub.repo import HubPath, HubRepo
+from tests.certificates import ThrowawayCA
 from tests.hub_standin import LFS_THRESHOLD, HubStandIn
 from tests.integration.test_models import check_model, sharded
 from tests.rawservers import RawServer, Reply, Request, head, partial
@@ -246,5 +247,43 @@ def test_a_large_body_is_received_in_a_worker_thread_and_its_connection_kept(
     for name, left in seen:
         assert name.startswith("remotetensors-body"), name
         assert left >= rawhttp.THREAD_BODY_BYTES
+    assert len(server.requests) == 4
+    assert server.connections == 1
+
+
+def test_a_large_https_body_is_decrypted_in_a_worker_thread_and_its_connection_kept(
+    serve: Callable[..., RawServer], tls: ThrowawayCA, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from remotetensors.sources.http import direct as rawhttp
+
+    seen: list[tuple[str, str, int, int]] = []  # (thread, socket type, body bytes, received)
+    real = rawhttp._receive
+
+    def spy(sock: Any, body: Body, *rest: Any, **named: Any) -> None:
+        name, kind = threading.current_thread().name, type(sock).__name__
+        seen.append((name, kind, len(body.target), body.received))
+        real(sock, body, *rest, **named)
+
+    monkeypatch.setattr(rawhttp, "_receive", spy)
+    rng = np.random.default_rng(6)
+    big = rng.standard_normal(3 * 1024 * 1024).astype(np.float32)  # 12 MiB: one 16 MiB part
+    small = rng.standard_normal(1024).astype(np.float32)
+    data = write_reference({"big": big, "small": small})
+    server = serve(files_handler({"m.safetensors": data}), tls=tls.server)
+    assert server.url.startswith("https://")
+    options = rt.ReadOptions(max_concurrency=1, part_size_bytes=16 << 20)
+    with rt.safe_open(f"{server.url}/files/m.safetensors", options=options) as f:
+        assert f.get_tensor("big").tobytes() == big.tobytes()
+        assert f.get_tensor("small").tobytes() == small.tobytes()
+        assert f.get_tensor("big").tobytes() == big.tobytes()
+    # Each big body decrypted in a body thread, from the TLS socket it borrowed, all of it (the
+    # bytes that came with the head too); the loop read the heads, the window and the small one.
+    assert len(seen) == 2, seen
+    for name, kind, length, received in seen:
+        assert name.startswith("remotetensors-body"), name
+        assert kind == "SSLSocket"
+        assert length >= big.nbytes - options.header_window_bytes
+        assert received == 0
+    # Every request on the one connection (one handshake), handed back after each body.
     assert len(server.requests) == 4
     assert server.connections == 1
