@@ -81,7 +81,8 @@ def test_streams_grow_while_they_pay_on_a_capped_link() -> None:
     used = run(controller, capped())
     # 100 MB/s per connection, 1.3 GB/s in all: 16 streams reach 1.3 GB/s (32 would add 0).
     assert controller.setting.streams == 16
-    assert [s.streams for s in used[:4]] == [4, 8, 16, 32]  # doubling, then one step too far
+    # The first window unjudged, then doubling, then one step too far.
+    assert [s.streams for s in used[:5]] == [4, 4, 8, 16, 32]
     assert max(s.streams for s in used) == 32  # tried, measured, undone
 
 
@@ -92,9 +93,20 @@ def test_growth_stops_at_the_knee_on_a_cpu_bound_link() -> None:
     assert max(s.streams for s in used[:REPROBE_WINDOWS]) == 8
 
 
+def test_the_first_window_is_not_judged() -> None:
+    # New connections and threads: a slow start must not make the next step look like a gain.
+    controller = StreamController()
+    start = controller.setting
+    assert controller.observe(Window(1, 1.0)) == start
+    controller.observe(Window(100, 1.0))
+    controller.observe(Window(int(100 * GAIN) - 1, 1.0))
+    assert controller.setting.streams == start.streams  # judged against 100, not against 1
+
+
 def test_a_step_that_pays_less_than_the_gain_is_undone() -> None:
     controller = StreamController()
     start = controller.setting
+    controller.observe(Window(100, 1.0))  # the first window: not judged
     controller.observe(Window(100, 1.0))  # the start measured: try twice the streams
     assert controller.setting.streams == 2 * start.streams
     controller.observe(Window(int(100 * GAIN) - 1, 1.0))  # almost paid: not enough
@@ -105,7 +117,7 @@ def test_parts_grow_where_every_request_waits_a_round_trip() -> None:
     # With room in flight, once streams stop paying (the most there may be), parts grow.
     controller = StreamController(max_bytes_in_flight=2048 * MIB)
     run(controller, round_trips(rtt_seconds=0.05), windows=REPROBE_WINDOWS)
-    assert controller.setting == Setting(MAX_STREAMS, 16 * MIB)  # 32 MiB paid 13% more
+    assert controller.setting == Setting(MAX_STREAMS, 8 * MIB)  # 16 MiB paid 23% more
 
 
 def test_under_the_cap_more_streams_of_smaller_parts_win() -> None:
@@ -113,14 +125,14 @@ def test_under_the_cap_more_streams_of_smaller_parts_win() -> None:
     # so the bytes in flight go further as more, smaller requests.
     controller = StreamController()
     run(controller, round_trips(rtt_seconds=0.05))
-    assert controller.setting == Setting(32, 2 * MIB)
+    assert controller.setting == Setting(16, 4 * MIB)  # 32 x 2 MiB paid 29.5% more
     assert controller.setting.bytes_in_flight == DEFAULT_MAX_BYTES_IN_FLIGHT
 
 
 def test_parts_grow_under_pinned_streams() -> None:
     controller = StreamController(streams=4)
     run(controller, round_trips(rtt_seconds=0.05))
-    assert controller.setting == Setting(4, DEFAULT_MAX_BYTES_IN_FLIGHT // 4)
+    assert controller.setting == Setting(4, 8 * MIB)  # 16 MiB paid 23% more
 
 
 def test_parts_stay_put_where_they_do_not_pay() -> None:
@@ -305,15 +317,17 @@ async def test_the_budget_measures_windows_of_busy_time_only() -> None:
     controller = Recording()
     budget = StreamBudget(controller, clock=clock)
     streams = budget.setting.streams
-    for _ in range(2):  # two rounds of every stream: one window
+    for _ in range(4):  # two rounds of every stream: a window; two windows
         for _ in range(streams):
             await budget.acquire()
         clock.now += 0.5
         for _ in range(streams):
             budget.release(MIB)
         clock.now += 100.0  # idle between reads: not the link's time
-    (window,) = controller.windows
-    assert window == Window(bytes=2 * streams * MIB, seconds=1.0, saturated=True, failures=0)
+    assert (
+        controller.windows
+        == [Window(bytes=2 * streams * MIB, seconds=1.0, saturated=True, failures=0)] * 2
+    )
     assert budget.setting.streams == 2 * streams  # the controller's first step
 
 
@@ -349,7 +363,9 @@ async def test_the_budget_never_lets_more_than_its_streams_run() -> None:
 
 async def test_more_streams_wake_the_waiters_at_once() -> None:
     clock = Clock()
-    budget = StreamBudget(StreamController(), clock=clock)
+    controller = StreamController()
+    controller.observe(Window(1, 1.0))  # past the first window
+    budget = StreamBudget(controller, clock=clock)
     streams = budget.setting.streams
     for _ in range(streams):
         await budget.acquire()
