@@ -11,8 +11,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from remotetensors.options import DEFAULT_MAX_BYTES_IN_FLIGHT
+from remotetensors.options import DEFAULT_MAX_BYTES_IN_FLIGHT, ReadOptions
+from remotetensors.ranges import ByteRange
 from remotetensors.reading.budget import StreamBudget
+from remotetensors.reading.fetch import Target, fetch_into
 from remotetensors.reading.streams import (
     COLLAPSE,
     COLLAPSE_WINDOWS,
@@ -28,6 +30,7 @@ from remotetensors.reading.streams import (
     StreamController,
     Window,
 )
+from remotetensors.sources.base import ByteSource, Prefix
 from remotetensors.status import Retrying, counting_retries, retrying
 
 Link = Callable[[Setting], float]
@@ -413,3 +416,31 @@ async def test_a_cancelled_wait_leaks_no_stream() -> None:
     with pytest.raises(asyncio.CancelledError):
         await waiter
     await asyncio.wait_for(budget.acquire(), 1)  # the one stream is free
+
+
+class Endless(ByteSource):
+    """A source whose reads never end (until cancelled)."""
+
+    @property
+    def location(self) -> str:
+        return "endless"
+
+    async def open_prefix(self, length: int) -> Prefix:
+        return Prefix(b"", 1 << 30, None)
+
+    async def read_into(self, start: int, buffer: memoryview) -> None:
+        await asyncio.Event().wait()
+
+
+async def test_a_read_cancelled_before_its_requests_began_gives_their_streams_back() -> None:
+    budget = StreamBudget(StreamController(streams=2))
+    buffer = memoryview(bytearray(8 * MIB))
+    targets = [Target(ByteRange(0, 8 * MIB), buffer)]
+    options = ReadOptions(part_size_bytes=MIB, max_concurrency=2)
+    read = asyncio.ensure_future(fetch_into(Endless(), targets, options=options, budget=budget))
+    await asyncio.sleep(0)  # two requests created (not begun), the third waits for a stream
+    read.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await read
+    for _ in range(2):
+        await asyncio.wait_for(budget.acquire(), 1)  # both streams came back

@@ -63,7 +63,12 @@ def add_location_options(
         metavar="'NAME: VALUE'",
         help="extra HTTP request header (repeatable), e.g. --header 'Authorization: Bearer ...'",
     )
-    sub.add_argument("--concurrency", type=int, default=None, help="requests in flight (>= 1)")
+    sub.add_argument(
+        "--concurrency",
+        type=int,
+        default=None,
+        help="requests in flight (>= 1; by default it adapts to the link)",
+    )
     sub.add_argument("--file", help="a file in the folder or repo (e.g. one of several GGUF files)")
     sub.add_argument(
         "--timeout",

@@ -14,6 +14,7 @@ temporary buffer of its length and is copied out.
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -80,30 +81,28 @@ async def fetch_into(
     )
 
     async def run(parts: list[Part]) -> None:
-        length = parts[-1].range.end - parts[0].range.start
-        counted = _PartBytes(shown, length)
-        try:
-            if enabled:  # per-read counting only when someone watches
-                with counting_bytes(counted):
-                    await _fetch_parts(source, parts, remaining)
-            else:
+        counted = _PartBytes(shown, parts[-1].range.end - parts[0].range.start)
+        if enabled:  # per-read counting only when someone watches
+            with counting_bytes(counted):
                 await _fetch_parts(source, parts, remaining)
-        except asyncio.CancelledError:
-            budget.give_back()
-            raise
-        except BaseException:
-            budget.release(0, failed=True)
-            raise
-        budget.release(length)
+        else:
+            await _fetch_parts(source, parts, remaining)
         counted.finish()
 
     queue = deque(plan.parts)
     tasks: list[asyncio.Task[None]] = []
     failed: list[bool] = []
 
-    def note(task: asyncio.Task[None]) -> None:
-        if not task.cancelled() and task.exception() is not None:
+    def ended(length: int, task: asyncio.Task[None]) -> None:
+        # Here, not in run(): a task cancelled before it began never runs its body, and its
+        # stream must come back all the same.
+        if task.cancelled():
+            budget.give_back()
+        elif task.exception() is not None:
             failed.append(True)
+            budget.release(0, failed=True)
+        else:
+            budget.release(length)
 
     try:
         # Large destinations get their pages mapped on another core while the bytes arrive,
@@ -122,8 +121,11 @@ async def fetch_into(
                     if failed:  # a request failed: start no more, raise its error below
                         budget.give_back()
                         break
-                    task = asyncio.ensure_future(run(_take(queue, budget.setting.part_size_bytes)))
-                    task.add_done_callback(note)
+                    parts = _take(queue, budget.setting.part_size_bytes)
+                    task = asyncio.ensure_future(run(parts))
+                    task.add_done_callback(
+                        functools.partial(ended, parts[-1].range.end - parts[0].range.start)
+                    )
                     tasks.append(task)
                 await asyncio.gather(*tasks)
     except BaseException:
