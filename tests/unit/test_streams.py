@@ -16,8 +16,6 @@ from remotetensors.ranges import ByteRange
 from remotetensors.reading.budget import StreamBudget
 from remotetensors.reading.fetch import Target, fetch_into
 from remotetensors.reading.streams import (
-    COLLAPSE,
-    COLLAPSE_WINDOWS,
     GAIN,
     MAX_PART_BYTES,
     MAX_STREAMS,
@@ -162,26 +160,16 @@ def test_failures_never_take_the_streams_below_one() -> None:
     assert controller.setting.streams == 1
 
 
-def test_a_collapse_at_an_unchanged_setting_backs_off() -> None:
-    controller = StreamController()
-    run(controller, capped(), windows=REPROBE_WINDOWS // 2)
-    held = controller.setting
-    slow = Window(int(capped()(held) * COLLAPSE * 0.9), 1.0)
-    for _ in range(COLLAPSE_WINDOWS - 1):
-        assert controller.observe(slow) == held  # one slow window is noise
-    controller.observe(slow)
-    assert controller.setting.streams == held.streams // 2
-
-
-def test_a_slow_window_between_good_ones_is_noise() -> None:
+def test_a_slower_spell_at_an_unchanged_setting_keeps_the_streams() -> None:
+    # Another process took the cores for a while: fewer streams would not give them back.
     controller = StreamController()
     run(controller, capped(), windows=REPROBE_WINDOWS // 2)
     held = controller.setting
     rate = capped()(held)
     for _ in range(5):
-        controller.observe(Window(int(rate * COLLAPSE * 0.9), 1.0))
-        controller.observe(Window(int(rate), 1.0))
-    assert controller.setting == held
+        assert controller.observe(Window(int(rate * 0.2), 1.0)) == held
+    for _ in range(5):
+        assert controller.observe(Window(int(rate), 1.0)) == held
 
 
 def test_windows_limited_by_demand_teach_nothing() -> None:

@@ -21,10 +21,11 @@ how many requests failed):
   round trip), then holds;
 - while holding, it probes upwards again every :data:`REPROBE_WINDOWS` windows (the link may
   have changed);
-- **back-off**: failed requests (retries, errors) halve the streams at once, and so does a
-  throughput that stays below :data:`COLLAPSE` of what the setting gave before for
-  :data:`COLLAPSE_WINDOWS` windows in a row (one slow window is noise: a burst of page faults,
-  another process on the core);
+- **back-off**: a step that does not pay is undone, and failed requests (retries, errors: a
+  server under strain, a throttle) halve the streams at once. A throughput that merely drops
+  at an unchanged setting is not a reason to drop streams: on a machine shared with other
+  work it halves and recovers within a second (another process took the cores), and fewer
+  streams would not give the cores back; halving on it left reads on one or two streams;
 - it never lets ``streams * part_size_bytes`` pass ``max_bytes_in_flight`` (a part that does
   not land straight in its destination holds that much memory; growing streams shrinks parts
   to stay under it, down to :data:`MIN_PART_BYTES`);
@@ -66,12 +67,6 @@ streams are what the link lacks, doubling them nearly doubles the throughput; wh
 the bound, a window measures within 20-30% of the one before (page faults of fresh memory cost
 2-4x more from one moment to the next on a virtual machine), which must not pass for a gain."""
 
-COLLAPSE = 0.5
-"""At an unchanged setting, a throughput below this share of the one measured before is a
-collapse (a server or link under strain)..."""
-
-COLLAPSE_WINDOWS = 2
-"""... once it lasts this many windows in a row: the streams are then halved."""
 
 REPROBE_WINDOWS = 32
 """Windows held before the controller probes upwards again."""
@@ -147,7 +142,6 @@ class StreamController:
         self._trial: Setting | None = None  # a step being measured
         self._phase = _Phase.STREAMS
         self._held = 0
-        self._collapsed = 0  # windows in a row below COLLAPSE of the kept rate
         self._warm = False  # the first window (new connections) has been seen
 
     @property
@@ -187,10 +181,6 @@ class StreamController:
                 self._trial = None
                 self._phase = _Phase.PARTS if self._phase is _Phase.STREAMS else _Phase.HOLD
             return self._step()
-        if self._kept_rate is not None and rate < self._kept_rate * COLLAPSE:
-            self._collapsed += 1
-            return self._back_off() if self._collapsed >= COLLAPSE_WINDOWS else self._kept
-        self._collapsed = 0
         self._kept_rate = rate if self._kept_rate is None else (self._kept_rate + rate) / 2
         if self._phase is _Phase.HOLD:
             self._held += 1
@@ -222,7 +212,6 @@ class StreamController:
         self._trial = None
         self._phase = _Phase.HOLD
         self._held = 0
-        self._collapsed = 0
         return self._kept
 
     def _fit(self, streams: int, part_size_bytes: int) -> Setting:
