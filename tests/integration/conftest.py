@@ -111,23 +111,32 @@ def serve(request: pytest.FixtureRequest) -> Iterator[Callable[..., RawServer]]:
         server.stop()
 
 
-DATA_PATHS = [
-    "direct",
-    "direct, bodies in threads",
-    "httpx",
-    "direct over TLS",
-    "direct over TLS, bodies in threads",
-]
+DATA_PATHS = ["direct", "direct, bodies in threads", "httpx"]
+"""The request paths every case of a module that asks for ``data_path`` runs on."""
+
+TLS_PATHS = ["direct over TLS", "direct over TLS, bodies in threads"]
+"""The direct paths once more with every server of :func:`serve` speaking HTTPS (bodies read by
+the loop, and by worker threads): the hostile-network modules add them (see
+:func:`data_paths`)."""
 
 
-@pytest.fixture(params=DATA_PATHS)
-def data_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Run a case with data bodies read directly into arrays (by the loop, and by worker
-    threads as large bodies are), through httpx alone, and directly over TLS (the servers of
-    :func:`serve` speak HTTPS: bodies decrypted by the loop, and by worker threads); a module
-    asks for it with ``pytestmark = pytest.mark.usefixtures("data_path")``. Returns the
-    request path: ``direct`` or ``httpx``."""
-    return take_data_path(request.param, monkeypatch)
+def data_paths(params: list[str]) -> Any:
+    """A ``data_path`` fixture over ``params``; a module that wants other paths than
+    :data:`DATA_PATHS` binds its own: ``data_path = data_paths([*DATA_PATHS, *TLS_PATHS])``."""
+
+    @pytest.fixture(name="data_path", params=params)
+    def data_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+        """Run a case with data bodies read directly into arrays (by the loop, and by worker
+        threads as large bodies are), through httpx alone, and, where the module asks for
+        them, directly over TLS; a module asks for it with ``pytestmark =
+        pytest.mark.usefixtures("data_path")``. Returns the request path: ``direct`` or
+        ``httpx``."""
+        return take_data_path(request.param, monkeypatch)
+
+    return data_path
+
+
+data_path = data_paths(DATA_PATHS)
 
 
 def take_data_path(param: str, monkeypatch: pytest.MonkeyPatch) -> str:

@@ -132,10 +132,13 @@ def test_a_silent_server_shows_a_status_line_then_one_error() -> None:
 def test_a_slow_download_shows_a_moving_bar(tmp_path: Path) -> None:
     from tests.integration.test_cli_first_contact import TrickleServer
 
-    # 8 MiB at about 3 MB/s: one request, a few seconds; the bar moves while it runs.
+    # 8 MiB at about 3 MB/s, one request at a time (the streams would otherwise share it out
+    # and be done before the bar shows): a few seconds; the bar moves while it runs.
     server = TrickleServer(write_reference({"big": np.zeros((2048, 1024), np.float32)}))
     try:
-        status, output = in_terminal("get", server.url, "big", "-o", str(tmp_path / "big.npy"))
+        status, output = in_terminal(
+            "get", server.url, "big", "-o", str(tmp_path / "big.npy"), "--concurrency", "1"
+        )
     finally:
         server.stop()
     assert status == 0, output

@@ -19,6 +19,7 @@ import httpx
 import pytest
 
 import remotetensors as rt
+from tests.integration.conftest import DATA_PATHS, TLS_PATHS, data_paths
 from tests.integration.test_hostile_network import (
     FAST,
     OLD,
@@ -32,6 +33,8 @@ from tests.integration.test_hostile_network import (
 from tests.rawservers import RawServer, Reply, Request, Seen, chunked, head, stall
 
 pytestmark = pytest.mark.usefixtures("data_path")
+# ... and over TLS too: the direct reader's HTTPS bodies, in the loop and in worker threads.
+data_path = data_paths([*DATA_PATHS, *TLS_PATHS])
 
 ETAG = ("ETag", '"v1"')
 

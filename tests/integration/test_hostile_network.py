@@ -26,6 +26,7 @@ import pytest
 import remotetensors as rt
 from remotetensors.reading.progress import SHOW_AFTER_SECONDS
 from remotetensors.redact import redact_url
+from tests.integration.conftest import DATA_PATHS, TLS_PATHS, data_paths
 from tests.rawservers import (
     RawServer,
     Reply,
@@ -51,6 +52,8 @@ WINDOW = rt.ReadOptions().header_window_bytes
 
 # Every case runs on each data path (see conftest.py).
 pytestmark = pytest.mark.usefixtures("data_path")
+# ... and over TLS too: the direct reader's HTTPS bodies, in the loop and in worker threads.
+data_path = data_paths([*DATA_PATHS, *TLS_PATHS])
 
 
 @pytest.fixture(autouse=True)

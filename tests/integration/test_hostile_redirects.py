@@ -31,6 +31,7 @@ from remotetensors.sources.http.source import HttpSource
 from remotetensors.sources.hub.repo import HubPath, HubRepo
 from tests.certificates import ThrowawayCA
 from tests.hub_standin import HubStandIn
+from tests.integration.conftest import DATA_PATHS, TLS_PATHS, data_paths
 from tests.integration.test_hostile_network import (
     FAST,
     OLD,
@@ -50,6 +51,10 @@ SECRETS = {
 HARMLESS = {"Accept-Language": "en", "Cache-Control": "no-transform"}
 PROXY_AUTH = "Basic " + base64.b64encode(b"caller:pr0xy").decode()
 TOKEN = "hf_s3cr3t_token"
+
+# Every case that takes ``data_path`` runs over TLS too: the direct reader's HTTPS bodies,
+# in the loop and in worker threads.
+data_path = data_paths([*DATA_PATHS, *TLS_PATHS])
 
 Handler = Callable[[Request, int], Reply]
 

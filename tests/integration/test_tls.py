@@ -32,7 +32,6 @@ from remotetensors.cli import main
 from remotetensors.sources.http.client import HttpOptions
 from remotetensors.sources.http.tls import CA_VARIABLES
 from remotetensors.sources.http.whole import get_whole
-from tests.integration.conftest import DATA_PATHS, take_data_path
 from tests.rawservers import Reply, Request, head, partial
 from tests.reference import write_reference
 from tests.tlsservers import (
@@ -45,13 +44,6 @@ from tests.tlsservers import (
 from tests.waiting import finishes, until
 
 pytestmark = pytest.mark.usefixtures("data_path")
-
-
-@pytest.fixture(params=[path for path in DATA_PATHS if "TLS" not in path])
-def data_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Every server here speaks TLS: the direct paths (bodies read by the loop, and by worker
-    threads) are the paths over TLS already, and httpx's too."""
-    return take_data_path(request.param, monkeypatch)
 
 
 FAST = rt.HttpOptions(backoff_initial_seconds=0.01, backoff_max_seconds=0.05, max_attempts=4)
