@@ -223,6 +223,9 @@ def test_a_pinned_part_size_bounds_the_streams_under_the_cap() -> None:
 def test_pinned_streams_shrink_the_parts_under_the_cap() -> None:
     controller = StreamController(streams=32, max_bytes_in_flight=64 * MIB)
     assert controller.setting == Setting(32, 2 * MIB)
+    many = StreamController(streams=256, max_bytes_in_flight=64 * MIB)
+    assert many.setting == Setting(256, 256 * 1024)  # below the smallest part, for the cap
+    assert many.smallest_part_bytes == 256 * 1024
 
 
 def test_growing_streams_shrinks_parts_to_stay_under_the_cap() -> None:
@@ -254,7 +257,8 @@ def test_nonsense_is_refused(kwargs: dict[str, int], message: str) -> None:
 
 @settings(max_examples=200, deadline=None)
 @given(
-    cap=st.integers(1, 512 * MIB),
+    pinned=st.one_of(st.none(), st.integers(1, 512)),
+    cap=st.integers(512, 512 * MIB),
     rates=st.lists(
         st.tuples(
             st.integers(0, 10**10),
@@ -266,15 +270,18 @@ def test_nonsense_is_refused(kwargs: dict[str, int], message: str) -> None:
     ),
 )
 def test_the_cap_and_the_bounds_hold_whatever_is_measured(
-    cap: int, rates: list[tuple[int, float, bool, int]]
+    pinned: int | None, cap: int, rates: list[tuple[int, float, bool, int]]
 ) -> None:
-    controller = StreamController(max_bytes_in_flight=cap)
+    controller = StreamController(streams=pinned, max_bytes_in_flight=cap)
     for nbytes, seconds, saturated, failures in rates:
         setting = controller.observe(Window(nbytes, seconds, saturated, failures))
         assert setting == controller.setting
-        assert 1 <= setting.streams <= MAX_STREAMS
+        if pinned is None:
+            assert 1 <= setting.streams <= MAX_STREAMS
+        else:
+            assert setting.streams == pinned
         assert setting.part_size_bytes <= MAX_PART_BYTES
-        assert setting.part_size_bytes >= min(MIN_PART_BYTES, cap)
+        assert setting.part_size_bytes >= controller.smallest_part_bytes
         assert setting.bytes_in_flight <= cap
 
 

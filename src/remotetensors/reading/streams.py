@@ -23,9 +23,9 @@ how many requests failed):
   have changed);
 - **back-off**: a step that does not pay is undone, and failed requests (retries, errors: a
   server under strain, a throttle) halve the streams at once. A throughput that merely drops
-  at an unchanged setting is not a reason to drop streams: on a machine shared with other
-  work it halves and recovers within a second (another process took the cores), and fewer
-  streams would not give the cores back; halving on it left reads on one or two streams;
+  at an unchanged setting is no reason to drop streams: on a machine shared with other work
+  it halves and recovers within a second (another process took the cores), fewer streams
+  would not give the cores back, and halving on it left reads on one or two streams;
 - it never lets ``streams * part_size_bytes`` pass ``max_bytes_in_flight`` (a part that does
   not land straight in its destination holds that much memory; growing streams shrinks parts
   to stay under it, down to :data:`MIN_PART_BYTES`);
@@ -66,7 +66,6 @@ GAIN = 1.3
 streams are what the link lacks, doubling them nearly doubles the throughput; where the CPU is
 the bound, a window measures within 20-30% of the one before (page faults of fresh memory cost
 2-4x more from one moment to the next on a virtual machine), which must not pass for a gain."""
-
 
 REPROBE_WINDOWS = 32
 """Windows held before the controller probes upwards again."""
@@ -155,7 +154,8 @@ class StreamController:
         are planned in parts of at most this size, and a request joins several of them."""
         if self._pinned_part is not None:
             return self._pinned_part
-        return min(MIN_PART_BYTES, self._cap)
+        # Below MIN_PART_BYTES only to keep the cap: a tiny one, or many pinned streams.
+        return max(1, min(MIN_PART_BYTES, self._cap // (self._pinned_streams or 1)))
 
     @property
     def pinned(self) -> bool:

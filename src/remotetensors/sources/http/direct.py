@@ -310,8 +310,11 @@ class _Protocol(asyncio.BufferedProtocol):
         if isinstance(transport, TlsTransport):
             # The thread borrows the TLS socket itself (its state cannot be copied); the loop
             # wakes it through a duplicate descriptor, and takes the socket back when it ends.
+            try:
+                self._body_socket = transport.waker()
+            except OSError:  # out of descriptors: the loop reads
+                return False
             sock, owned = transport.lend(), False
-            self._body_socket = transport.waker()
         else:
             raw = transport.get_extra_info("socket")
             if raw is None:
