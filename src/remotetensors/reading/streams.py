@@ -67,7 +67,7 @@ streams are what the link lacks, doubling them nearly doubles the throughput; wh
 the bound, a window measures within 20-30% of the one before (page faults of fresh memory cost
 2-4x more from one moment to the next on a virtual machine), which must not pass for a gain."""
 
-REPROBE_WINDOWS = 32
+REPROBE_WINDOWS = 8
 """Windows held before the controller probes upwards again."""
 
 
