@@ -6,8 +6,9 @@ request, as they once waited on a semaphore of ``max_concurrency``. Its size is 
 deliver in windows and hands each window to the controller, which answers with the streams and
 part size to use next. The controller decides; the budget only counts and keeps time.
 
-A window closes once ``2 * streams`` requests have completed since it opened (long enough that
-requests begun under the previous setting weigh little), or at once on a failure. Its seconds
+A window closes once ``streams`` requests have completed since it opened (a round: after a
+change, the new streams begin together, so a round measures them, not those begun before), or
+at once on a failure. Its seconds
 count only time when at least one request was in flight, and it is *saturated* when every
 stream allowed was busy for at least :data:`SATURATED_SHARE` of that time (otherwise the reads
 asked for less than the budget allowed, and the window says nothing of the link).
@@ -99,7 +100,7 @@ class StreamBudget:
         self._bytes += nbytes
         self._completed += 1
         self._failures += failed
-        if self._failures or self._completed >= 2 * self._setting.streams:
+        if self._failures or self._completed >= self._setting.streams:
             self._close_window()
         self._wake()
 

@@ -48,7 +48,7 @@ MIB = 1024 * 1024
 START_STREAMS = 4
 """Streams of a fresh controller: a few. Two cores on loopback do best with two to four."""
 
-START_PART_BYTES = 4 * MIB
+START_PART_BYTES = 8 * MIB
 """Part size of a fresh controller: small enough that the first windows, at a few streams,
 are short (a part takes 40 ms at 100 MB/s), large enough that a request's cost is noise."""
 

@@ -40,10 +40,10 @@ to 1.03 of ``curl --parallel``, one 512 MiB tensor from 0.89 to 1.05 of curl; se
 ``benchmarks/results/2026-11-23-round5.md``). Everything else is unchanged: the watchdog sees
 the thread's bytes, and an error, a timeout or a cancellation shuts the socket down, which ends
 the thread's wait at once. A thread reads every framing as the loop does (the same
-:class:`~.framing.Body` says where its bytes go). Over HTTPS the connection is a blocking-style
-:class:`ssl.SSLSocket` (:mod:`.tlsconn`) that the thread borrows, so that it decrypts too,
-where asyncio's TLS transport decrypted every byte in the loop's thread (one core for all of
-them: 0.74-0.96 of curl).
+:class:`~.framing.Body` says where its bytes go). Over HTTPS the connection is a socket and an
+:class:`ssl.SSLObject` fed from it (:mod:`.tlsconn`), which the thread borrows, so that it
+decrypts too, where asyncio's TLS transport decrypted every byte in the loop's thread (one
+core for all of them).
 """
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ from .framing import Body, BodyOverrun, FramingError, LengthBody, body_for
 from .head import Fields, HeadError, parse_response_head, request_head
 from .selfcancel import withdraw_own_cancel
 from .tls import handshake_failure, origin_of, shared_ssl_context
-from .tlsconn import TlsTransport, connect_tls
+from .tlsconn import TlsStream, TlsTransport, connect_tls
 from .transport import Meter, TlsFailed
 
 _SCRATCH_BYTES = 64 * 1024
@@ -306,10 +306,10 @@ class _Protocol(asyncio.BufferedProtocol):
         transport, body = self.transport, self._body
         if transport is None or body is None:
             return False
-        sock: socket.socket
+        sock: socket.socket | TlsStream
         if isinstance(transport, TlsTransport):
-            # The thread borrows the TLS socket itself (its state cannot be copied); the loop
-            # wakes it through a duplicate descriptor, and takes the socket back when it ends.
+            # The thread borrows the TLS stream itself (its state cannot be copied); the loop
+            # wakes it through a duplicate descriptor, and takes the stream back when it ends.
             try:
                 self._body_socket = transport.waker()
             except OSError:  # out of descriptors: the loop reads
@@ -456,7 +456,7 @@ class _Protocol(asyncio.BufferedProtocol):
 
 
 def _receive(
-    sock: socket.socket,
+    sock: socket.socket | TlsStream,
     body: Body,
     moved: Callable[[int], None],
     counted: Callable[[int], None],
@@ -470,8 +470,8 @@ def _receive(
 ) -> None:
     """In a worker thread: take ``leftover`` (bytes of ``body`` already received, see
     :meth:`Body.feed`), receive the rest of ``body`` from ``sock`` (non-blocking, as the loop
-    left it; a plain socket, or a TLS one that decrypts as it receives), then close ``sock``
-    when ``owned`` (a duplicate of its own; a borrowed TLS socket goes back to the loop). It
+    left it; a plain socket, or a TLS stream that decrypts as it receives), then close ``sock``
+    when ``owned`` (a duplicate of its own; a borrowed TLS stream goes back to the loop). It
     ends when the body's framing ends (``body.done``), when the connection closes (told to
     ``body``, which it ends when the close delimits it), on an error, on ``stop``, or after
     ``idle_seconds`` without a byte (the loop's watchdog ends a stalled body first; this bound
@@ -502,9 +502,7 @@ def _receive(
             before = body.received
             try:
                 nbytes = sock.recv_into(body.buffer(scratch))
-            except (BlockingIOError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
-                # (A TLS socket that wants to write, to answer a key update, is tried again
-                # after at most poll_seconds: the socket is writable by then.)
+            except BlockingIOError:
                 if stop.is_set() or clock() - last_byte_at > idle_seconds:
                     break
                 wait()  # bounded: the loop shuts the socket down to stop us sooner
@@ -676,11 +674,11 @@ class RawRangeClient:
                 _, protocol = await loop.create_connection(factory, host, port)
             else:
                 # The thread's own bound outlasts the timer above, which ends the wait first.
-                sock = await connect_tls(
+                stream = await connect_tls(
                     host, port, context, timeout_seconds=self._connect_timeout + 1.0
                 )
                 protocol = factory()
-                TlsTransport(loop, sock, protocol)
+                TlsTransport(loop, stream, protocol)
         except asyncio.CancelledError:
             if expired and withdraw_own_cancel(task):
                 raise RawTimeoutError(f"connect to {host}:{port} timed out") from None

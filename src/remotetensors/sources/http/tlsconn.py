@@ -1,28 +1,34 @@
 """HTTPS connections of the direct reader whose bodies are decrypted off the event loop.
 
-asyncio's TLS transport decrypts in the event loop's thread: it receives into a buffer of its
-own, copies that into a ``MemoryBIO``, and ``SSLObject.read`` decrypts 16 KiB records into the
-destination, every byte of every connection on one core (0.5-0.8 s of the loop's CPU for a
-512 MiB body here, two copies more than curl makes; see
-``benchmarks/results/2026-11-25-perf3-profile.md``). Here a connection is a plain
-:class:`ssl.SSLSocket` instead:
+asyncio's TLS transport decrypts in the event loop's thread: every byte of every connection
+on one core (0.5-0.8 s of the loop's CPU for a 512 MiB body here; see
+``benchmarks/results/2026-11-25-perf3-profile.md``). Here a connection is a plain socket and
+an :class:`ssl.SSLObject` fed from it (:class:`TlsStream`), which whoever holds the connection
+drives:
 
 - :func:`connect_tls` connects and shakes hands in a worker thread (blocking, bounded by the
   connect timeout), with the same context and host name check as before, so a handshake fails
   with the same ``ssl`` errors, which :mod:`.tls` reads the same way;
 - :class:`TlsTransport` drives the direct reader's protocol (:class:`~.direct._Protocol`) from
-  that socket, non-blocking, on the loop: requests out, heads and small bodies in, as asyncio's
-  transport did;
-- for a large body the protocol borrows the socket (:meth:`TlsTransport.lend`) and a body thread
-  receives from it as from a plain one: ``recv_into`` decrypts each record straight into the
-  destination with the GIL released, on as many cores as bodies are in flight. The loop does
-  not touch the socket until the thread gives it back (:meth:`TlsTransport.take_back`); to stop
-  a thread early it shuts down a duplicate of the descriptor, which ends the thread's wait
-  without touching the TLS state the thread is using, and closing waits for the thread.
+  the stream, non-blocking, on the loop: requests out, heads and small bodies in;
+- for a large body the protocol borrows the stream (:meth:`TlsTransport.lend`) and a body
+  thread receives from it as from a plain socket: one ``recv_into`` takes up to 256 KiB of
+  records off the socket, and ``SSLObject.read`` decrypts each record straight into the
+  destination, the GIL released, on as many cores as bodies are in flight. The loop does not
+  touch the stream until the thread gives it back (:meth:`TlsTransport.take_back`); to stop a
+  thread early it shuts down a duplicate of the socket's descriptor, which ends the thread's
+  wait without touching the TLS state the thread is using, and closing waits for the thread.
 
-A close without TLS's ``close_notify`` ends the stream as a close does (the ``ssl`` module's
-``suppress_ragged_eofs``, as asyncio and httpx read TLS): a body delimited by the close then
-ends there, and one with a length that came short is a cut, as over plain TCP.
+Why not a blocking :class:`ssl.SSLSocket` in the thread: OpenSSL then reads the socket itself,
+two system calls per 16 KiB record (its header, then its body; the ``ssl`` module cannot turn
+read-ahead on), and a 512 MiB body cost 10-30% more CPU than asyncio's transport, which took
+longer in wall time than the loop alone on this machine's two cores (``benchmarks/results/
+2026-11-25-perf3.md``). Fed from a memory BIO, a record costs one call and no system call, as
+in asyncio's transport.
+
+A close without TLS's ``close_notify`` ends the stream as a close does (as the ``ssl``
+module's ``suppress_ragged_eofs``, asyncio and httpx read TLS): a body delimited by the close
+then ends there, and one with a length that came short is a cut, as over plain TCP.
 """
 
 from __future__ import annotations
@@ -38,6 +44,9 @@ from typing import Any
 _CONNECT_THREADS = 16
 _connect_pool: ThreadPoolExecutor | None = None
 
+_CHUNK_BYTES = 256 * 1024
+"""Ciphertext taken off the socket per system call (16 records)."""
+
 
 def _connect_threads() -> ThreadPoolExecutor:
     # Not the body threads' pool: a connection must not wait for 64 bodies to end.
@@ -47,11 +56,103 @@ def _connect_threads() -> ThreadPoolExecutor:
     return _connect_pool
 
 
+class TlsStream:
+    """A TLS connection as a non-blocking socket would be used: :meth:`recv_into` gives
+    plaintext, raising :class:`BlockingIOError` when it needs ciphertext that has not come;
+    :meth:`send` encrypts. One thread at a time uses it.
+
+    Args:
+        sock: the connected socket (non-blocking once the handshake is done).
+        tls: the TLS state, fed from ``incoming`` and writing to ``outgoing``.
+    """
+
+    __slots__ = ("_chunk", "_incoming", "_outgoing", "_tls", "sock")
+
+    def __init__(
+        self,
+        sock: socket.socket,
+        tls: ssl.SSLObject,
+        incoming: ssl.MemoryBIO,
+        outgoing: ssl.MemoryBIO,
+    ) -> None:
+        self.sock = sock
+        self._tls = tls
+        self._incoming = incoming
+        self._outgoing = outgoing
+        self._chunk = memoryview(bytearray(_CHUNK_BYTES))
+
+    def fileno(self) -> int:
+        return self.sock.fileno()
+
+    def pending(self) -> bool:
+        """Whether bytes are held that the socket's readiness will not announce."""
+        return bool(self._tls.pending() or self._incoming.pending)
+
+    def recv_into(self, buffer: memoryview) -> int:
+        """Up to ``len(buffer)`` bytes of plaintext into ``buffer``; 0 when the peer closed.
+
+        Raises:
+            BlockingIOError: nothing to read yet (wait for the socket to become readable).
+            ssl.SSLError, OSError: a broken record, an alert, a reset.
+        """
+        while True:
+            try:
+                # With a buffer, read() fills it and returns the count (typeshed says bytes).
+                return int(self._tls.read(len(buffer), buffer))
+            except ssl.SSLWantReadError:
+                pass
+            except (ssl.SSLZeroReturnError, ssl.SSLEOFError):
+                return 0  # close_notify, or a close without it: the end of the stream
+            finally:
+                if self._outgoing.pending:  # a key update's answer, a ticket's acknowledgement
+                    self._flush()
+            count = self.sock.recv_into(self._chunk)  # BlockingIOError when none has come
+            if count:
+                self._incoming.write(self._chunk[:count])
+            else:
+                self._incoming.write_eof()
+
+    def send(self, data: bytes | bytearray | memoryview) -> int:
+        """Encrypt ``data`` and send what the socket takes; returns ``len(data)``: what it
+        did not take yet is held and goes out with :meth:`flush`.
+
+        Raises:
+            OSError: the connection failed.
+        """
+        self._tls.write(data)
+        self._flush()
+        return len(data)
+
+    def unsent(self) -> bool:
+        """Whether encrypted bytes wait for the socket to take them."""
+        return bool(self._outgoing.pending)
+
+    def flush(self) -> None:
+        """Send what :meth:`send` held back, as far as the socket takes it."""
+        self._flush()
+
+    def _flush(self) -> None:
+        while self._outgoing.pending:
+            data = self._outgoing.read()
+            try:
+                sent = self.sock.send(data)
+            except BlockingIOError:
+                sent = 0
+            if sent < len(data):
+                # Put the rest back in front: a MemoryBIO has no "unread", so rebuild it.
+                rest = data[sent:] + self._outgoing.read()
+                self._outgoing.write(rest)
+                return
+
+    def close(self) -> None:
+        self.sock.close()
+
+
 async def connect_tls(
     host: str, port: int, context: ssl.SSLContext, *, timeout_seconds: float
-) -> ssl.SSLSocket:
+) -> TlsStream:
     """A TLS connection to ``host:port``, its handshake done and the server's certificate
-    verified for ``host``, as a non-blocking socket.
+    verified for ``host``, its socket non-blocking.
 
     The thread's socket gives up after ``timeout_seconds`` (the caller's own timer usually
     ends the wait first); a connection that completes after the caller stopped waiting is
@@ -61,7 +162,7 @@ async def connect_tls(
         OSError: the connection failed, or timed out (``TimeoutError``).
         ssl.SSLError: the handshake failed (read by :func:`.tls.handshake_failure`).
     """
-    job: Future[ssl.SSLSocket] = _connect_threads().submit(
+    job: Future[TlsStream] = _connect_threads().submit(
         _connect, host, port, context, timeout_seconds
     )
     try:
@@ -71,32 +172,45 @@ async def connect_tls(
         raise
 
 
-def _connect(host: str, port: int, context: ssl.SSLContext, timeout: float) -> ssl.SSLSocket:
+def _connect(host: str, port: int, context: ssl.SSLContext, timeout: float) -> TlsStream:
     raw = socket.create_connection((host, port), timeout=timeout)
     try:
         # Small request heads go out at once (asyncio's transports set it too).
         raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        tls = context.wrap_socket(raw, server_hostname=host)
+        incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+        tls = context.wrap_bio(incoming, outgoing, server_hostname=host)
+        while True:
+            try:
+                tls.do_handshake()
+                break
+            except ssl.SSLWantReadError:
+                raw.sendall(outgoing.read())
+                data = raw.recv(_CHUNK_BYTES)
+                if data:
+                    incoming.write(data)
+                else:  # the server went away mid-handshake: the next step raises SSLEOFError
+                    incoming.write_eof()
+        raw.sendall(outgoing.read())  # the client's Finished
     except BaseException:
         raw.close()
         raise
-    tls.setblocking(False)
-    return tls
+    raw.setblocking(False)
+    return TlsStream(raw, tls, incoming, outgoing)
 
 
-def _close_unclaimed(job: Future[ssl.SSLSocket]) -> None:
+def _close_unclaimed(job: Future[TlsStream]) -> None:
     """A connection that nobody waits for any more: closed, not left to the collector."""
     if not job.cancelled() and job.exception() is None:
         job.result().close()
 
 
 class TlsTransport(asyncio.Transport):
-    """An asyncio transport over a connected, non-blocking :class:`ssl.SSLSocket` (see the
-    module), feeding a :class:`asyncio.BufferedProtocol`.
+    """An asyncio transport over a :class:`TlsStream` (see the module), feeding a
+    :class:`asyncio.BufferedProtocol`.
 
     Args:
         loop: the loop whose thread runs every method but a borrower's reads.
-        sock: the connection, its handshake done.
+        stream: the connection, its handshake done.
         protocol: told ``connection_made`` now, ``buffer_updated`` as bytes come,
             ``eof_received`` and ``connection_lost`` (always soon after :meth:`close`).
     """
@@ -104,18 +218,17 @@ class TlsTransport(asyncio.Transport):
     def __init__(
         self,
         loop: asyncio.AbstractEventLoop,
-        sock: ssl.SSLSocket,
+        stream: TlsStream,
         protocol: asyncio.BufferedProtocol,
     ) -> None:
         super().__init__()
         self._loop = loop
-        self._sock = sock
-        self._fd = sock.fileno()
+        self._stream = stream
+        self._fd = stream.fileno()
         self._protocol = protocol
-        self._out = bytearray()
         self._watching = False  # a reader is registered with the loop
         self._paused = False
-        self._lent = False  # a body thread reads the socket
+        self._lent = False  # a body thread reads the stream
         self._closing = False
         self._waker: socket.socket | None = None
         protocol.connection_made(self)
@@ -124,11 +237,11 @@ class TlsTransport(asyncio.Transport):
     # --- what the direct reader asks of a transport ---------------------------------------------
 
     def get_extra_info(self, name: str, default: Any = None) -> Any:
-        if name in ("socket", "ssl_object"):
-            return self._sock
+        if name == "socket":
+            return self._stream.sock
         if name == "peername":
             with contextlib.suppress(OSError):
-                return self._sock.getpeername()
+                return self._stream.sock.getpeername()
         return default
 
     def is_closing(self) -> bool:
@@ -145,14 +258,19 @@ class TlsTransport(asyncio.Transport):
         self._paused = False
         if not self._lent and not self._closing:
             self._watch()
-            if self._sock.pending():  # decrypted bytes that no readiness event will announce
+            if self._stream.pending():  # bytes held that no readiness event will announce
                 self._loop.call_soon(self._read_ready)
 
     def write(self, data: bytes | bytearray | memoryview) -> None:
         if self._closing:
             return
-        self._out += data
-        self._flush()
+        try:
+            self._stream.send(data)
+        except OSError:
+            self.close()
+            return
+        if self._stream.unsent():
+            self._loop.add_writer(self._fd, self._write_ready)
 
     def close(self) -> None:
         """Stop reading and close; a borrowing thread is woken and the close waits for it."""
@@ -170,17 +288,17 @@ class TlsTransport(asyncio.Transport):
     def abort(self) -> None:
         self.close()
 
-    # --- a body thread borrows the socket -------------------------------------------------------
+    # --- a body thread borrows the stream ----------------------------------------------------
 
-    def lend(self) -> ssl.SSLSocket:
-        """The socket, for a body thread to receive from until :meth:`take_back`; the loop
+    def lend(self) -> TlsStream:
+        """The stream, for a body thread to receive from until :meth:`take_back`; the loop
         reads nothing meanwhile."""
         self._lent = True
         self.pause_reading()
-        return self._sock
+        return self._stream
 
     def take_back(self) -> None:
-        """The thread is done with the socket (in the loop); a close asked meanwhile happens
+        """The thread is done with the stream (in the loop); a close asked meanwhile happens
         now. Reading resumes when the protocol asks (:meth:`resume_reading`)."""
         self._lent = False
         if self._closing:
@@ -215,12 +333,12 @@ class TlsTransport(asyncio.Transport):
             self._watching = False
 
     def _read_ready(self) -> None:
-        # One record per call, as asyncio's transports read once per event; more while the
-        # TLS layer holds decrypted bytes that the descriptor's readiness does not show.
+        # What one system call brought (up to 16 records), record by record, while nobody
+        # paused the reading (a body thread may take over after any of them).
         while not (self._paused or self._lent or self._closing):
             try:
-                received = self._sock.recv_into(self._protocol.get_buffer(-1))
-            except (ssl.SSLWantReadError, ssl.SSLWantWriteError, BlockingIOError):
+                received = self._stream.recv_into(memoryview(self._protocol.get_buffer(-1)))
+            except BlockingIOError:
                 return
             except OSError:  # a reset, a TLS alert or a broken record: the connection is gone
                 self.close()
@@ -230,25 +348,21 @@ class TlsTransport(asyncio.Transport):
                 self.close()
                 return
             self._protocol.buffer_updated(received)
-            if not self._sock.pending():
+            if not self._stream.pending():
                 return
 
-    def _flush(self) -> None:
-        while self._out and not self._closing:
-            try:
-                sent = self._sock.send(self._out)
-            except (ssl.SSLWantWriteError, ssl.SSLWantReadError, BlockingIOError):
-                self._loop.add_writer(self._fd, self._flush)
-                return
-            except OSError:
-                self.close()
-                return
-            del self._out[:sent]
-        with contextlib.suppress(OSError, ValueError):
-            self._loop.remove_writer(self._fd)
+    def _write_ready(self) -> None:
+        try:
+            self._stream.flush()
+        except OSError:
+            self.close()
+            return
+        if not self._stream.unsent():
+            with contextlib.suppress(OSError, ValueError):
+                self._loop.remove_writer(self._fd)
 
     def _finish(self) -> None:
-        for sock in (self._waker, self._sock):
-            if sock is not None:
-                sock.close()
+        if self._waker is not None:
+            self._waker.close()
+        self._stream.close()
         self._loop.call_soon(self._protocol.connection_lost, None)
