@@ -7,9 +7,10 @@ on loopback, where the CPU is the bound). The reader, at its defaults, must grow
 streams it keeps on the second. Tests count streams (answers in flight at the server, and its
 connections) and bytes, never times: the pace only shapes what the controller measures.
 
-The scale is shrunk so that a read takes a fraction of a second: parts of 64 KiB at first (the
-defaults' 4 MiB at a few MB/s would take minutes), at paces of a few MB/s per connection, far
-below what two cores do, so that the pace and nothing else is what the controller sees.
+The scale is shrunk so that a read takes about a second: parts of 256 KiB (the defaults' 8 MiB
+at a few MB/s would take minutes), at paces of a few MB/s per connection, far below what two
+cores do, so that the pace and nothing else is what the controller sees (a window lasts about
+a part's time, 128 ms, long beside a loaded machine's scheduling noise).
 """
 
 from __future__ import annotations
@@ -31,9 +32,9 @@ KIB = 1024
 
 @pytest.fixture
 def small_scale(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The controller's parts at 64 KiB to start with, and down to 64 KiB."""
-    monkeypatch.setattr(streams, "START_PART_BYTES", 64 * KIB)
-    monkeypatch.setattr(streams, "MIN_PART_BYTES", 64 * KIB)
+    """The controller's parts at 256 KiB to start with, and down to 256 KiB."""
+    monkeypatch.setattr(streams, "START_PART_BYTES", 256 * KIB)
+    monkeypatch.setattr(streams, "MIN_PART_BYTES", 256 * KIB)
 
 
 def tensor_file(mib: int, seed: int = 0) -> tuple[bytes, np.ndarray]:
