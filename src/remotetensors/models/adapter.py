@@ -126,7 +126,8 @@ def parse_adapter_config(data: bytes, *, location: str) -> Adapter:
     try:
         config = json.loads(data)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise HeaderError(HeaderErrorKind.INVALID_JSON, f"not JSON ({exc})", location=location)
+        detail = f"not JSON ({exc})"
+        raise HeaderError(HeaderErrorKind.INVALID_JSON, detail, location=location) from None
     if not isinstance(config, dict):
         got = type(config).__name__
         raise HeaderError(

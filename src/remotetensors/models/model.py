@@ -51,10 +51,9 @@ if TYPE_CHECKING:
     import dask.array as da
 
     from ..formats.model_index import PipelineManifest
-    from .adapter import Adapter
-
     from ..reading.file import AsyncTensorFile
     from ..sources.http.client import Client
+    from .adapter import Adapter
 
 
 class AsyncModel:

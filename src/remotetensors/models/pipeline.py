@@ -142,7 +142,8 @@ class AsyncPipeline(AsyncModel):
         return {name: results[name] for name in wanted}
 
     def get_slice(self, name: str) -> Any:
-        """A lazy view of a tensor (``component/tensor``): ``await pipeline.get_slice(name)[rows]``."""
+        """A lazy view of a tensor (``component/tensor``):
+        ``await pipeline.get_slice(name)[rows]``."""
         self.select([name])
         model, inner = self._split(name)
         return model.get_slice(inner)
