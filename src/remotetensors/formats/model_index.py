@@ -78,8 +78,14 @@ class PipelineManifest:
 
     @property
     def without_weights(self) -> tuple[PipelineComponent, ...]:
-        """The components without weights (configuration, or saved without), in order."""
-        return tuple(c for c in self.components if not c.weighted)
+        """The components saved without weights (schedulers, tokenizers, processors), in
+        order."""
+        return tuple(c for c in self.components if c.class_name and not c.weighted)
+
+    @property
+    def not_saved(self) -> tuple[PipelineComponent, ...]:
+        """The components the pipeline was saved without (``[null, null]``), in order."""
+        return tuple(c for c in self.components if not c.class_name)
 
 
 def parse_model_index(data: bytes, *, location: str) -> PipelineManifest:

@@ -23,21 +23,6 @@ __all__ = ["ADAPTER_CONFIG", "ADAPTER_WEIGHTS", "Adapter", "parse_adapter_config
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
 
-# PEFT's PeftType values as people write them; any other is shown as written.
-_KIND_WORDS = {
-    "LORA": "LoRA",
-    "ADALORA": "AdaLoRA",
-    "LOHA": "LoHa",
-    "LOKR": "LoKr",
-    "IA3": "IA3",
-    "VERA": "VeRA",
-    "BOFT": "BOFT",
-    "OFT": "OFT",
-    "PROMPT_TUNING": "prompt tuning",
-    "PREFIX_TUNING": "prefix tuning",
-    "P_TUNING": "p-tuning",
-}
-
 
 @dataclass(frozen=True, slots=True)
 class Adapter:
@@ -55,7 +40,7 @@ class Adapter:
         task_type: PEFT's ``task_type`` (``"CAUSAL_LM"``), when written.
         dora: ``use_dora``: LoRA with a learnt magnitude per output (DoRA).
         rslora: ``use_rslora``: scaled by ``alpha / sqrt(rank)``.
-        rank_pattern: module pattern -> rank, where some modules differ from ``rank``.
+        rank_pattern: (module pattern, rank) where some modules differ from ``rank``.
         modules_to_save: modules stored whole beside the adapter's own weights.
         location: where the config was read.
     """
@@ -68,16 +53,9 @@ class Adapter:
     task_type: str | None = None
     dora: bool = False
     rslora: bool = False
-    rank_pattern: Mapping[str, int] | None = None
+    rank_pattern: tuple[tuple[str, int], ...] = ()
     modules_to_save: tuple[str, ...] = ()
     location: str = ADAPTER_CONFIG
-
-    @property
-    def kind_words(self) -> str:
-        """``"LoRA"``, ``"DoRA"``, ``"LoHa"``, …: the kind as people write it."""
-        if self.kind == "LORA" and self.dora:
-            return "DoRA"
-        return _KIND_WORDS.get(self.kind, self.kind)
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready summary."""
@@ -94,26 +72,6 @@ class Adapter:
             "rank_pattern": dict(self.rank_pattern) if self.rank_pattern else None,
             "modules_to_save": list(self.modules_to_save),
         }
-
-    def words(self) -> str:
-        """One line: ``"LoRA adapter (PEFT): rank 16, alpha 32, on q_proj, v_proj; base
-        model org/name"``."""
-        parts = []
-        if self.rank is not None:
-            differ = " (some modules differ)" if self.rank_pattern else ""
-            parts.append(f"rank {self.rank}{differ}")
-        if self.alpha is not None:
-            parts.append(f"alpha {self.alpha:g}")
-        targets = self.target_modules
-        if isinstance(targets, str):
-            parts.append(f"on modules matching {targets!r}")
-        elif targets:
-            parts.append(f"on {', '.join(targets)}")
-        text = f"{self.kind_words} adapter (PEFT)"
-        if parts:
-            text += ": " + ", ".join(parts)
-        base = self.base_model or "not named"
-        return f"{text}; base model {base}"
 
 
 def parse_adapter_config(data: bytes, *, location: str) -> Adapter:
@@ -180,8 +138,7 @@ def _list_of_names(value: object) -> tuple[str, ...]:
     return tuple(sorted(v for v in value if isinstance(v, str)))
 
 
-def _ranks(value: object) -> dict[str, int] | None:
+def _ranks(value: object) -> tuple[tuple[str, int], ...]:
     if not isinstance(value, dict):
-        return None
-    ranks = {k: v for k, v in value.items() if isinstance(v, int) and not isinstance(v, bool)}
-    return ranks or None
+        return ()
+    return tuple((k, v) for k, v in value.items() if isinstance(v, int) and not isinstance(v, bool))

@@ -21,12 +21,14 @@ pipeline; its count is the sum of its components' (each counted with its own con
 from __future__ import annotations
 
 from contextlib import AsyncExitStack
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, overload
 
 from ..errors import AmbiguousModelError, NotFoundError
 from ..index import ROW_FILE, ModelIndex, Row, TensorTable, placed
 from ..options import DEFAULT_CHUNK_BYTES
 from ..quantization import LogicalTensors, ParameterCount
+from ..quantization.memory import MemoryEstimate, estimate_memory
 from ..reading.fetch import gather_or_cancel
 from .discovery import Discovered, discover
 from .model import AsyncModel
@@ -165,6 +167,20 @@ class AsyncPipeline(AsyncModel):
         if isinstance(names, str) and names in self.index.tensors:
             return arrays[names]
         return arrays
+
+    def memory(
+        self, context: int | None = None, *, batch: int = 1, kv_dtype: str | None = None
+    ) -> MemoryEstimate:
+        """The components' weights as stored; a pipeline's models keep no KV cache between
+        calls, so none is estimated.
+
+        Raises:
+            ValueError: a bad context, batch or dtype name.
+        """
+        estimate = estimate_memory(
+            None, self.nbytes, context=context, batch=batch, kv_dtype=kv_dtype
+        )
+        return replace(estimate, kv_cache_unknown="a diffusers pipeline: no KV cache to estimate")
 
     def _by_component(self, names: Iterable[str]) -> dict[str, tuple[AsyncModel, list[str]]]:
         """Component name -> (its model, the names there), for tensors ``names``."""
