@@ -36,7 +36,7 @@ from ..redact import redact_url
 from .adapter import ADAPTER_CONFIG, ADAPTER_WEIGHTS, Adapter, parse_adapter_config
 from .configs import CONFIG_WINDOW_BYTES, ConfigFiles, read_configs, read_small_file
 from .gguf_parts import find_gguf, join_parts
-from .weight_names import TRANSFORMERS, WeightNames
+from .weight_names import DIFFUSERS, TRANSFORMERS, WeightNames
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Iterable, Mapping
@@ -131,18 +131,8 @@ async def discover(
     try:
         if name is None:
             found = await _at_folder(location, place, opened, options, framework, weights)
-        elif name.endswith(".json"):
-            shard_index = await _read_shard_index(place, name)
-            found = _weights(await _sharded(place, shard_index, name, opened, options, framework))
-        elif (parts := split_names(name)) is not None:
-            found = _weights(await _gguf(place, parts, opened, options, framework))
-        elif name == ADAPTER_WEIGHTS:  # named by its file: its config is beside it
-            file, adapter = await _together(
-                _open(place, name, opened, options, framework), _adapter_at(place)
-            )
-            found = replace(_weights(_single(name, file)), adapter=adapter)
         else:
-            found = _weights(_single(name, await _open(place, name, opened, options, framework)))
+            found = await _at_name(place, name, opened, options, framework)
     except BaseException:
         if configs_task is not None:
             configs_task.cancel()
@@ -150,6 +140,24 @@ async def discover(
         raise
     configs = ConfigFiles() if configs_task is None else await configs_task
     return replace(found, configs=configs)
+
+
+async def _at_name(
+    place: Place, name: str, opened: list[AsyncTensorFile], options: ReadOptions, framework: str
+) -> Discovered:
+    """The model of file ``name``: an index and its shards, the parts of a split GGUF, an
+    adapter's weights (its config read beside them), or one file."""
+    if name.endswith(".json"):
+        shard_index = await _read_shard_index(place, name)
+        return _weights(await _sharded(place, shard_index, name, opened, options, framework))
+    if (parts := split_names(name)) is not None:
+        return _weights(await _gguf(place, parts, opened, options, framework))
+    if name == ADAPTER_WEIGHTS:
+        file, adapter = await _together(
+            _open(place, name, opened, options, framework), _adapter_at(place)
+        )
+        return replace(_weights(_single(name, file)), adapter=adapter)
+    return _weights(_single(name, await _open(place, name, opened, options, framework)))
 
 
 async def close_files(files: Iterable[AsyncTensorFile]) -> None:
@@ -271,9 +279,10 @@ async def _elsewhere(
     framework: str,
 ) -> Discovered:
     """A folder without the weight files ``weights`` names: a diffusers pipeline, a PEFT
-    adapter or a GGUF model, in that order. One more round: the folder's listing, or where
-    it cannot be listed (plain HTTP) ``model_index.json`` and ``adapter_config.json``;
-    ``in_repo``: the hub said the files are not in the repo (its message says so).
+    adapter, a diffusers model (a pipeline's component, named by its folder) or a GGUF
+    model, in that order. One more round: the folder's listing, or where it cannot be listed
+    (plain HTTP) ``model_index.json`` and ``adapter_config.json``; ``in_repo``: the hub said
+    the files are not in the repo (its message says so).
 
     Raises:
         NotFoundError: none of them is here.
@@ -291,6 +300,9 @@ async def _elsewhere(
     if adapter is not None:
         file = await _open(place, ADAPTER_WEIGHTS, opened, options, framework)
         return replace(_weights(_single(ADAPTER_WEIGHTS, file)), adapter=adapter)
+    diffusers = next((n for n in DIFFUSERS.files() if listing and n in listing), None)
+    if diffusers is not None:
+        return await _at_name(place, diffusers, opened, options, framework)
     gguf_files = find_gguf(location, place, listing)
     if gguf_files is not None:
         return _weights(await _gguf(place, gguf_files, opened, options, framework))
