@@ -137,7 +137,8 @@ def _text_encoders(root: Path) -> None:
     ):
         model = cls(copy.deepcopy(config))  # saving in fp16 sets the config's dtype
         model.save_pretrained(root / folder, max_shard_size=shard)
-        model.half().save_pretrained(root / folder, max_shard_size=shard, variant="fp16")
+        half = model.half()  # type: ignore[no-untyped-call]
+        half.save_pretrained(root / folder, max_shard_size=shard, variant="fp16")
 
 
 def sdxl_pipeline(root: Path) -> dict[str, bytes]:
@@ -215,7 +216,7 @@ def lora_adapter(
         tensors[f"{prefix}.lora_A.weight"] = a
         tensors[f"{prefix}.lora_B.weight"] = b
         added += rank * (module.in_features + module.out_features)
-    config = {
+    config: dict[str, Any] = {
         "alpha_pattern": {},
         "auto_mapping": None,
         "base_model_name_or_path": base_name,

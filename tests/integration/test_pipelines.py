@@ -76,6 +76,7 @@ def check_pipeline(m: rt.Model, files: dict[str, bytes], variant: str | None = N
     assert sorted(m.tensors) == sorted(everything)
     assert m.pipeline is not None
     assert m.pipeline.class_name == "StableDiffusionXLPipeline"
+    assert m.adapter is None
 
 
 def test_a_pipeline_folder_opens_as_its_components(
