@@ -229,6 +229,9 @@ def test_params_prints_each_component_and_the_total(
         "without_weights": ["scheduler", "tokenizer", "tokenizer_2"],
         "not_saved": ["feature_extractor", "image_encoder"],
     }
+    assert main(["params", str(root), "--variant", "fp16", "--json"]) == 0
+    fp16 = json.loads(capsys.readouterr().out)
+    assert fp16["by_dtype"] == {"F16": sum(counts.values())}
     assert main(["params", str(root)]) == 0
     out = capsys.readouterr().out
     assert "pipeline: StableDiffusionXLPipeline" in out
