@@ -32,6 +32,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -56,6 +57,11 @@ WITHOUT_WEIGHTS = {
     "scheduler": ("diffusers", "EulerDiscreteScheduler"),
     "tokenizer": ("transformers", "CLIPTokenizer"),
     "tokenizer_2": ("transformers", "CLIPTokenizer"),
+}
+WITHOUT_WEIGHTS_CLASSES = {cls for _, cls in WITHOUT_WEIGHTS.values()}
+SAFETENSORS = {
+    "diffusers": "diffusion_pytorch_model.safetensors",
+    "transformers": "model.safetensors",
 }
 SHAPE = (64, 64)
 
@@ -93,6 +99,16 @@ def ours(server: Server) -> dict[str, int]:
         return {n: c.num_parameters for n, c in m.components.items()} | {"total": m.num_parameters}
 
 
+def weight_files(index: dict[str, Any]) -> list[tuple[str, str]]:
+    """(component, its weight file) for each weighted component of ``model_index.json``, as a
+    script written for this repo finds them: by its library and class."""
+    return [
+        (name, SAFETENSORS[entry[0]])
+        for name, entry in index.items()
+        if not name.startswith("_") and entry[1] not in WITHOUT_WEIGHTS_CLASSES
+    ]
+
+
 def hub_download(server: Server, cache: Path) -> dict[str, int]:
     from huggingface_hub import hf_hub_download
     from safetensors import safe_open
@@ -109,14 +125,7 @@ def hub_download(server: Server, cache: Path) -> dict[str, int]:
 
     index = json.loads(Path(get("model_index.json")).read_text())
     counts = {}
-    for name, entry in index.items():
-        if name.startswith("_") or entry[1] in {c for _, c in WITHOUT_WEIGHTS.values()}:
-            continue
-        file = (
-            "diffusion_pytorch_model.safetensors"
-            if entry[0] == "diffusers"
-            else "model.safetensors"
-        )
+    for name, file in weight_files(index):
         with safe_open(get(file, name), "numpy") as f:
             names = f.keys()
             counts[name] = sum(math.prod(f.get_slice(k).get_shape()) for k in names)
@@ -130,14 +139,7 @@ def fsspec_headers(server: Server) -> dict[str, int]:
     base = f"{server.url}/bench/sdxl/resolve/main"
     index = json.loads(fs.cat_file(f"{base}/model_index.json"))
     counts = {}
-    for name, entry in index.items():
-        if name.startswith("_") or entry[1] in {c for _, c in WITHOUT_WEIGHTS.values()}:
-            continue
-        file = (
-            "diffusion_pytorch_model.safetensors"
-            if entry[0] == "diffusers"
-            else "model.safetensors"
-        )
+    for name, file in weight_files(index):
         url = f"{base}/{name}/{file}"
         n = int.from_bytes(fs.cat_file(url, start=0, end=8), "little")
         header = json.loads(fs.cat_file(url, start=8, end=8 + n))
