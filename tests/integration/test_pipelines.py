@@ -22,7 +22,7 @@ import pytest
 import remotetensors as rt
 from remotetensors.cli.app import main
 from tests.hub_standin import HubStandIn
-from tests.integration.test_models import serve
+from tests.integration.test_models import put_s3, serve
 from tests.pipelines import (
     WEIGHTED,
     WITHOUT_WEIGHTS,
@@ -199,6 +199,17 @@ def test_a_pipeline_over_plain_http_asks_for_the_libraries_names(
     paths = [e.path for e in faulty.log.entries]
     assert not [p for p in paths if any(f"/{n}/" in p for n in WITHOUT_WEIGHTS)]
     with rt.open_model(base, variant="fp16") as m:
+        check_pipeline(m, files, "fp16")
+
+
+def test_a_pipeline_on_s3_lists_each_component_folder(
+    written: tuple[Path, dict[str, bytes]], s3_env: str
+) -> None:
+    _, files = written
+    put_s3(s3_env, "pipelines", {f"sdxl/{n}": d for n, d in files.items()})
+    with rt.open_model(
+        "s3://pipelines/sdxl/", storage_options={"skip_instance_cache": True}, variant="fp16"
+    ) as m:
         check_pipeline(m, files, "fp16")
 
 
