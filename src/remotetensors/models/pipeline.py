@@ -30,6 +30,7 @@ from ..options import DEFAULT_CHUNK_BYTES
 from ..quantization import LogicalTensors, ParameterCount
 from ..quantization.memory import MemoryEstimate, estimate_memory
 from ..reading.fetch import gather_or_cancel
+from ..redact import redact_url
 from .discovery import Discovered, discover
 from .model import AsyncModel
 from .weight_names import DIFFUSERS, TRANSFORMERS, WeightNames
@@ -244,7 +245,7 @@ async def open_pipeline(
     """
     manifest = found.pipeline
     assert manifest is not None
-    root = location.rstrip("/")
+    root = redact_url(location).rstrip("/")  # components are named in messages: no secrets
     models: dict[str, AsyncModel] = {}
 
     async def one(component: PipelineComponent) -> None:
@@ -253,7 +254,7 @@ async def open_pipeline(
             f"{root}/{component.name}",
             child,
             component,
-            await _folder_files(place, child, component.name, found.listing),
+            await _folder_files(child, component.name, found.listing),
             stack,
             options=options,
             framework=framework,
@@ -276,7 +277,7 @@ async def open_pipeline(
 
 
 async def _folder_files(
-    place: Place, child: Place, folder: str, listing: tuple[str, ...] | None
+    child: Place, folder: str, listing: tuple[str, ...] | None
 ) -> list[str] | None:
     """The files directly in a component's folder: from the root's listing when it is
     recursive (a hub repo's), else the folder's own; None where folders cannot be listed."""
