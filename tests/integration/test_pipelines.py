@@ -202,6 +202,18 @@ def test_a_pipeline_over_plain_http_asks_for_the_libraries_names(
         check_pipeline(m, files, "fp16")
 
 
+def test_a_component_named_in_an_error_keeps_the_roots_secrets_out(
+    written: tuple[Path, dict[str, bytes]], faulty: FaultyServer
+) -> None:
+    _, files = written
+    without_unet = {n: d for n, d in files.items() if not n.startswith("unet/")}
+    base = serve(faulty, without_unet).replace("http://", "http://user:s3cr3t@")
+    with pytest.raises(rt.NotFoundError, match="unet") as caught:
+        rt.open_model(base)
+    assert "s3cr3t" not in str(caught.value)
+    assert "user:***@" in str(caught.value)
+
+
 def test_a_pipeline_on_s3_lists_each_component_folder(
     written: tuple[Path, dict[str, bytes]], s3_env: str
 ) -> None:
