@@ -5,7 +5,8 @@ with ``pread``, the rest by aiohttp's static handler with sendfile: see :func:`f
 LATENCY_MS before every answer, and speaks the hub's resolve protocol too:
 ``/{org}/{name}/resolve/{rev}/{path}`` serves ``FOLDER/{org}/{name}/{path}`` with
 ``X-Repo-Commit`` and ``ETag`` (no CDN redirect, so the hub's client and ours pay the same), and
-the hub's one-call ``/api/models/{org}/{name}/safetensors-metadata/{index path}``. Under
+the hub's one-call ``/api/models/{org}/{name}/safetensors-metadata/{index path}`` and its
+recursive file listing ``/api/models/{org}/{name}/tree/{rev}``. Under
 ``/noapi`` it is a hub without that endpoint: ``/noapi/{org}/{name}/resolve/{rev}/{path}`` serves the same files, and
 ``/noapi/api/...`` gets aiohttp's plain 404 (no ``X-Error-Code``), as from a server that does not
 know the route. ``GET /__stats`` returns and resets the request and byte counts.
@@ -77,6 +78,17 @@ def build(folder: Path, latency_ms: float) -> web.Application:
         body = {"index": {k: v for k, v in index.items() if k != "weight_map"}, "headers": headers}
         return web.json_response(body, headers={"X-Repo-Commit": "0" * 40})
 
+    async def tree(request: web.Request) -> web.Response:
+        # The hub's file listing (``list_repo_tree``, recursive): every file of the repo.
+        info = request.match_info
+        root = folder / info["org"] / info["name"]
+        entries = [
+            {"type": "file", "path": str(p.relative_to(root)), "size": p.stat().st_size}
+            for p in sorted(root.rglob("*"))
+            if p.is_file()
+        ]
+        return web.json_response(entries, headers={"X-Repo-Commit": "0" * 40})
+
     app = web.Application(middlewares=[delay])
     app.on_response_prepare.append(on_prepare)
     app.router.add_get("/__stats", report)
@@ -85,6 +97,7 @@ def build(folder: Path, latency_ms: float) -> web.Application:
     # the same files and no safetensors-metadata route.
     app.router.add_route("*", "/noapi/{org}/{name}/resolve/{rev}/{path:.+}", resolve)
     app.router.add_get("/api/models/{org}/{name}/safetensors-metadata/{path:.+}", sharded_metadata)
+    app.router.add_get("/api/models/{org}/{name}/tree/{rev}", tree)
     app.router.add_route("*", "/files/{path:.+}", partial(files, folder / "files"))
     return app
 

@@ -109,6 +109,7 @@ _HOOKS: dict[str, tuple[str, str]] = {
     "model_tree": (".views.explore", "model_tree"),
     "tensor_view": (".views.explore", "TensorView"),
     "tensor_to_dask": (".integrations.dask", "tensor_to_dask"),
+    "open_pipeline": (".models.pipeline", "open_pipeline"),
 }
 
 

@@ -23,6 +23,7 @@ HOOKS = {
     "model_tree",
     "tensor_view",
     "tensor_to_dask",
+    "open_pipeline",
 }
 
 

@@ -19,6 +19,7 @@ def add_arguments(sub: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..views.display import describe_lines
+    from ..views.pipelines import parts_lines, parts_report
 
     with opened(args) as model:
         files: dict[str, dict[str, Any]] = {
@@ -43,6 +44,7 @@ def run(args: argparse.Namespace) -> int:
                 next(iter(files.values()))["format"], model.metadata, model.tensors
             ),
             "unmapped": list(model.index.unmapped),
+            **parts_report(model),
         }
     if args.json:
         print(json.dumps(result))
@@ -53,6 +55,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"  tensors:    {result['tensors']} ({', '.join(dtypes)})")
     print(f"  parameters: {human_count(result['parameters'])} ({result['parameters']:,})")
     print(f"  data:       {human_bytes(result['bytes'])}")
+    for line in parts_lines(result):
+        print(f"  {line}")
     if "gguf" in formats and result["metadata"]:
         print(describe_lines(result["metadata"], result["parameters"], result["bytes"]))
     elif result["metadata"]:

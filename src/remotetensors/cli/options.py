@@ -66,6 +66,11 @@ def add_location_options(
     sub.add_argument("--concurrency", type=int, default=None, help="requests in flight (>= 1)")
     sub.add_argument("--file", help="a file in the folder or repo (e.g. one of several GGUF files)")
     sub.add_argument(
+        "--variant",
+        help="a diffusers pipeline's weights variant, e.g. fp16: each component's "
+        "diffusion_pytorch_model.fp16.safetensors (components without it read their plain files)",
+    )
+    sub.add_argument(
         "--timeout",
         type=float,
         default=DEFAULT_TIMEOUT_SECONDS,
@@ -129,6 +134,7 @@ def open_options(args: argparse.Namespace) -> dict[str, Any]:
         "storage_options": _storage_options(args.option) or None,
         "options": read,
         "http_options": http,
+        "variant": args.variant,
     }
 
 

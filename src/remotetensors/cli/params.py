@@ -19,6 +19,7 @@ def add_arguments(sub: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..views.pipelines import components_table
     from ..views.reports import params_report, params_text
 
     if scan.is_scan(args):
@@ -31,5 +32,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     lines, headers, rows = params_text(report)
     print("\n".join(lines))
+    if "components" in report:
+        print_table(*components_table(report), right=("parameters", "human", "size"))
     print_table(headers, rows, right=("parameters", "human", "bits/weight"))
     return 0

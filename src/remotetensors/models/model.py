@@ -50,8 +50,10 @@ if TYPE_CHECKING:
 
     import dask.array as da
 
+    from ..formats.model_index import PipelineManifest
     from ..reading.file import AsyncTensorFile
     from ..sources.http.client import Client
+    from .adapter import Adapter
 
 
 class AsyncModel:
@@ -69,6 +71,7 @@ class AsyncModel:
         configs: ConfigFiles | None = None,
         traffic: dict[str, Traffic] | None = None,
         resources: AsyncExitStack | None = None,
+        adapter: Adapter | None = None,
     ) -> None:
         """
         Args:
@@ -81,6 +84,8 @@ class AsyncModel:
                 also holds what discovery cost (probes that found nothing, the index, configs).
             resources: what ``aclose`` releases: the files and the client, as
                 :func:`load_model` opened them; by default the files.
+            adapter: what ``adapter_config.json`` says, when the weights are a PEFT
+                adapter's.
         """
         self.location = redact_url(location)  # named in messages and views: no secrets
         self._files = dict(files)
@@ -88,6 +93,14 @@ class AsyncModel:
         self._closed = False
         self.configs = configs or ConfigFiles()
         """``config.json`` and ``quantization_config.json`` as found beside the weights."""
+        self.adapter = adapter
+        """The PEFT adapter these weights are (kind, rank, alpha, targets, base model), or
+        ``None``."""
+        self.components: Mapping[str, AsyncModel] = {}
+        """A diffusers pipeline's weighted components, by name (see
+        :class:`~remotetensors.models.pipeline.AsyncPipeline`); empty for any other model."""
+        self.pipeline: PipelineManifest | None = None
+        """A diffusers pipeline's ``model_index.json``; ``None`` for any other model."""
         self._true_count: ParameterCount | None = None
         self._logical_shapes: dict[str, tuple[int, ...]] = {}
         self._shape_problems: tuple[str, ...] = ()
@@ -401,6 +414,7 @@ async def load_model(
     http_options: HttpOptions | None = None,
     framework: str = "numpy",
     client: Client | None = None,
+    variant: str | None = None,
 ) -> AsyncModel:
     """Open a model: a file, or a folder, prefix or repo holding one file or shards.
 
@@ -408,7 +422,10 @@ async def load_model(
         location: ``hf://org/name[@rev][/path]``, ``s3://bucket/prefix/`` (any fsspec URL),
             ``https://host/dir/``, a local folder, or a file in any of them (a ``.safetensors``,
             ``.bt`` or ``.gguf`` file, a part of a split GGUF, or an ``*.index.json``). A folder
-            or repo without a safetensors model opens its GGUF model if it holds exactly one.
+            or repo without a safetensors model opens the diffusers pipeline it holds
+            (``model_index.json``: an :class:`~remotetensors.models.pipeline.AsyncPipeline`),
+            its PEFT adapter (``adapter_config.json``), or its GGUF model if it holds exactly
+            one.
         revision: the hub revision (overrides ``@rev``).
         token: the hub token (see :func:`remotetensors.sources.hub.repo.resolve_token`).
         storage_options: passed to fsspec untouched.
@@ -418,6 +435,9 @@ async def load_model(
         client: a client to share with other models (a scan does; see
             :mod:`remotetensors.sources.http.client`); the caller closes it. By default the
             model creates its own and closes it in ``aclose``.
+        variant: a pipeline's weights variant (``"fp16"``: each component's
+            ``diffusion_pytorch_model.fp16.safetensors``); components without it read their
+            plain files, as diffusers does.
 
     Raises:
         NotFoundError: neither ``model.safetensors`` nor its index exists at a folder, nor a
@@ -445,15 +465,30 @@ async def load_model(
             storage_options=storage_options,
         )
         found = await discover(text, place, name, stack, options=options, framework=framework)
-        model = AsyncModel(
-            text,
-            found.files,
-            found.index,
-            configs=found.configs,
-            traffic=place.traffic,
-            resources=stack,
-        )
-        await model._read_logical_shapes()
+        if found.pipeline is not None:
+            # models/pipeline.py builds on this module, so it is reached through a hook (see
+            # hooks.py): a pipeline is a model of its components' models.
+            model: AsyncModel = await hooks.call(
+                "open_pipeline",
+                text,
+                place,
+                found,
+                stack,
+                options=options,
+                framework=framework,
+                variant=variant,
+            )
+        else:
+            model = AsyncModel(
+                text,
+                found.files,
+                found.index,
+                configs=found.configs,
+                traffic=place.traffic,
+                resources=stack,
+                adapter=found.adapter,
+            )
+            await model._read_logical_shapes()
     except BaseException:
         await stack.aclose()
         raise

@@ -31,12 +31,14 @@ if TYPE_CHECKING:
     import numpy as np
     import numpy.typing as npt
 
+    from ..formats.model_index import PipelineManifest
     from ..index import FileIndex, ModelIndex, TensorInfo
     from ..quantization import LogicalTensor, ParameterCount, Quantization
     from ..quantization.memory import MemoryEstimate
     from ..reading.file import AsyncTensorSlice
     from ..sources.base import Traffic
     from ..sources.http.client import HttpOptions
+    from .adapter import Adapter
     from .configs import ConfigFiles
 
 T = TypeVar("T")
@@ -302,6 +304,7 @@ class Model:
 
     def __init__(self, model: AsyncModel) -> None:
         self._model = model
+        self._components: dict[str, Model] | None = None
 
     @property
     def location(self) -> str:
@@ -347,6 +350,27 @@ class Model:
     def quantization(self) -> Quantization | None:
         """How the checkpoint is quantized (method, bits, group size, …), or ``None``."""
         return self._model.quantization
+
+    @property
+    def components(self) -> dict[str, Model]:
+        """A diffusers pipeline's weighted components (``unet``, ``vae``, ``text_encoder``,
+        …), each a model of its own files; empty for any other model. The pipeline's own
+        tensors are theirs, named ``component/tensor``, and its counts their sums."""
+        if self._components is None:
+            self._components = {n: Model(m) for n, m in self._model.components.items()}
+        return self._components
+
+    @property
+    def pipeline(self) -> PipelineManifest | None:
+        """A diffusers pipeline's ``model_index.json`` (its class, every component, those
+        without weights too); ``None`` for any other model."""
+        return self._model.pipeline
+
+    @property
+    def adapter(self) -> Adapter | None:
+        """The PEFT adapter these weights are (kind, rank, alpha, target modules, base
+        model), or ``None``; its own parameter count is :attr:`num_parameters`."""
+        return self._model.adapter
 
     @property
     def true_count(self) -> ParameterCount:
@@ -478,8 +502,10 @@ def open_model(
     options: ReadOptions | None = None,
     http_options: HttpOptions | None = None,
     framework: str = "numpy",
+    variant: str | None = None,
 ) -> Model:
-    """Open a model (see :func:`remotetensors.models.model.load_model` for the arguments).
+    """Open a model (see :func:`remotetensors.models.model.load_model` for the arguments):
+    a diffusers pipeline's repo opens as one, with its :attr:`Model.components`.
 
     Warns:
         ConfigWarning: for each config that cannot be used as it is, from the caller's line.
@@ -493,6 +519,7 @@ def open_model(
             options=options,
             http_options=http_options,
             framework=framework,
+            variant=variant,
         )
     )
     warn_problems(model)  # here, in the caller's thread: the IO thread has no user frame

@@ -55,6 +55,12 @@ class Place(ABC):
         """A source for file ``name`` of this place, its reads counted in ``traffic[name]``."""
         return CountingSource(self._source(name), self.traffic.setdefault(name, Traffic()))
 
+    @abstractmethod
+    def child(self, folder: str) -> Place:
+        """The place of ``folder`` (a relative path, no ``..``) inside this one, with its own
+        ``traffic`` (names relative to it); a hub folder shares this repo and its pinned commit,
+        so a model read from several folders comes from one commit."""
+
     async def list_files(self) -> list[str] | None:
         """The names of the files in this place (relative paths; recursive for a hub repo), or
         None where a place cannot be listed (a plain HTTP server).
@@ -78,6 +84,9 @@ class LocalPlace(Place):
 
     def location(self, name: str) -> str:
         return os.path.join(self.folder, name)
+
+    def child(self, folder: str) -> LocalPlace:
+        return LocalPlace(self.location(folder))
 
     def _source(self, name: str) -> ByteSource:
         return open_source(self.location(name))
@@ -118,6 +127,9 @@ class HttpPlace(Place):
         # Not the dataclass's: the base may hold a password, the queries signatures.
         return f"HttpPlace({redact_url(self.base)!r})"
 
+    def child(self, folder: str) -> HttpPlace:
+        return HttpPlace(f"{self.base}/{folder}", self.http_options, self.client)
+
 
 @dataclass
 class FsspecPlace(Place):
@@ -146,6 +158,9 @@ class FsspecPlace(Place):
     def __repr__(self) -> str:
         # Not the dataclass's: the storage options hold credentials, the queries signatures.
         return f"FsspecPlace({redact_url(self.base)!r})"
+
+    def child(self, folder: str) -> FsspecPlace:
+        return FsspecPlace(f"{self.base}/{folder}", self.storage_options)
 
     async def list_files(self) -> list[str] | None:
         import asyncio
@@ -181,6 +196,9 @@ class HubPlace(Place):
 
     def _source(self, name: str) -> ByteSource:
         return self.repo.source(self.path.child(name).path)
+
+    def child(self, folder: str) -> HubPlace:
+        return HubPlace(self.repo, self.path.child(folder))
 
     async def list_files(self) -> list[str] | None:
         return await self.repo.list_files(self.path.path)

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..index import bits_per_weight
 from .display import human_bytes, human_count
+from .pipelines import parts_lines, parts_report
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -72,7 +73,9 @@ def params_report(model: Model) -> dict[str, Any]:
     ``parameters_by_dtype`` (true counts by stored dtype), ``unpacked_tensors``,
     ``auxiliary_tensors``; and, as before, ``total`` and ``by_dtype`` (elements as stored, the
     hub's count), ``bytes``, ``files`` and ``bits_per_weight`` (bits of storage per stored
-    element, per dtype); ``bits_per_parameter`` is the data's bits per true parameter.
+    element, per dtype); ``bits_per_parameter`` is the data's bits per true parameter. A
+    pipeline adds ``pipeline`` and ``components``, an adapter ``adapter``
+    (:func:`.pipelines.parts_report`).
     """
     count = model.true_count
     stored = model.parameter_count()
@@ -91,6 +94,7 @@ def params_report(model: Model) -> dict[str, Any]:
         "files": len(model.files),
         "bits_per_weight": bits_per_weight(model.tensors.values()),
         "bits_per_parameter": model.nbytes * 8 / count.total if count.total else None,
+        **parts_report(model),
     }
 
 
@@ -104,7 +108,7 @@ def params_text(report: dict[str, Any]) -> tuple[list[str], list[str], list[list
     )
     if report["quantization"] is not None and report["bits_per_parameter"]:
         first += f", {report['bits_per_parameter']:.2f} bits per parameter"
-    lines = [first]
+    lines = [first, *parts_lines(report)]
     quantization = report["quantization"]
     if quantization is not None:
         lines.append(
