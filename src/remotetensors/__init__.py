@@ -23,11 +23,13 @@ from .errors import (
     FrameworkError,
     HeaderError,
     HeaderErrorKind,
+    LeftOutWarning,
     LocationError,
     MissingDependencyError,
     NotFoundError,
     PermissionDeniedError,
     RangeNotSupportedError,
+    ReadOnlyStoreError,
     RedirectError,
     RemoteFileChangedError,
     RemoteTensorsError,
@@ -109,6 +111,8 @@ _HOOKS: dict[str, tuple[str, str]] = {
     "model_tree": (".views.explore", "model_tree"),
     "tensor_view": (".views.explore", "TensorView"),
     "tensor_to_dask": (".integrations.dask", "tensor_to_dask"),
+    "model_zarr_store": (".integrations.zarr", "model_zarr_store"),
+    "model_kerchunk": (".integrations.zarr", "model_kerchunk"),
 }
 
 
@@ -144,6 +148,7 @@ __all__ = [
     "HeaderError",
     "HeaderErrorKind",
     "HttpOptions",
+    "LeftOutWarning",
     "LocationError",
     "LogicalTensor",
     "MemoryEstimate",
@@ -156,6 +161,7 @@ __all__ = [
     "PermissionDeniedError",
     "Quantization",
     "RangeNotSupportedError",
+    "ReadOnlyStoreError",
     "ReadOptions",
     "RedirectError",
     "RemoteFileChangedError",
