@@ -19,7 +19,12 @@ from tests.reference import ReferenceView, raw_file, reference_read, write_refer
 from tests.servers import FaultyServer
 
 zarr = pytest.importorskip("zarr", reason="the zarr extra is not installed")
-from zarr.abc.store import OffsetByteRequest, RangeByteRequest, SuffixByteRequest  # noqa: E402
+from zarr.abc.store import (  # noqa: E402
+    ByteRequest,
+    OffsetByteRequest,
+    RangeByteRequest,
+    SuffixByteRequest,
+)
 from zarr.core.buffer import default_buffer_prototype  # noqa: E402
 
 HEADER_PART = (0, rt.ReadOptions().header_window_bytes)
@@ -72,7 +77,9 @@ def every(faulty: FaultyServer) -> Iterator[tuple[rt.Model, dict[str, np.ndarray
     assert isinstance(view, ReferenceView)  # the reference accepts the file ...
     for name, array in arrays.items():  # ... and sees the bytes the arrays were written from
         dt = DTYPES[view.tensors[name][0]]
-        assert view.tensors[name][2] == (pack(array, dt).tobytes() if dt.packed else array.tobytes())
+        assert view.tensors[name][2] == (
+            pack(array, dt).tobytes() if dt.packed else array.tobytes()
+        )
     with rt.open_model(faulty.put("every.safetensors", data)) as m:
         yield m, arrays
 
@@ -147,36 +154,42 @@ async def test_byte_ranges_of_chunk_keys_read_only_those_bytes(faulty: FaultySer
         proto = default_buffer_prototype()
         raw = w.tobytes()
         chunk = raw[64_000 * 2 : 64_000 * 3]
-        for request, first in [
+        requests: list[tuple[ByteRequest | None, int]] = [
             (RangeByteRequest(10, 30), 10),
             (OffsetByteRequest(63_990), 63_990),
             (SuffixByteRequest(7), 64_000 - 7),
             (None, 0),
-        ]:
+        ]
+        for request, first in requests:
             faulty.log.clear()
             got = await store.get("w/c/2/0", proto, request)
             want = chunk[first : 30 if first == 10 else None]
-            assert got is not None and got.to_bytes() == want, request
+            assert got is not None
+            assert got.to_bytes() == want, request
             lo = start + 128_000 + first
             assert faulty.log.ranges() == [(lo, lo + len(want))], request
         # The last chunk (rows 256..299) is padded with zeros past the tensor's last row;
         # nothing is read for the padding.
         faulty.log.clear()
         last = await store.get("w/c/4/0", proto, RangeByteRequest(40_000, 64_000))
-        assert last is not None and last.to_bytes() == raw[296_000:] + bytes(20_000)
+        assert last is not None
+        assert last.to_bytes() == raw[296_000:] + bytes(20_000)
         assert faulty.log.ranges() == [(start + 296_000, start + 300_000)]
         faulty.log.clear()
         tail = await store.get("w/c/4/0", proto, SuffixByteRequest(100))
-        assert tail is not None and tail.to_bytes() == bytes(100)
+        assert tail is not None
+        assert tail.to_bytes() == bytes(100)
         assert faulty.log.entries == []
         document = await store.get("w/zarr.json", proto, RangeByteRequest(0, 20))
-        assert document is not None and document.to_bytes() == b'{"zarr_format": 3, "'
+        assert document is not None
+        assert document.to_bytes() == b'{"zarr_format": 3, "'
         assert await store.getsize("w/c/1/0") == 64_000
         assert await store.get("w/c/5/0", proto) is None  # past the grid
         assert await store.get("w/c/1/1", proto) is None  # the other axis is whole
         assert await store.get("w/c/01/0", proto) is None
         assert await store.get("nope/zarr.json", proto) is None
-        assert await store.exists("w/c/4/0") and not await store.exists("w/c/5/0")
+        assert await store.exists("w/c/4/0")
+        assert not await store.exists("w/c/5/0")
         assert [k async for k in store.list_dir("")] == ["zarr.json", "w"]
         assert [k async for k in store.list_dir("w")] == ["zarr.json", "c"]
         assert [k async for k in store.list_dir("w/c")] == ["0", "1", "2", "3", "4"]
@@ -230,7 +243,7 @@ def test_a_file_changed_under_an_open_store_raises_never_wrong_bytes(faulty: Fau
         w = zarr.open_group(m.as_zarr_store(chunk_bytes=16_384), mode="r")["w"]
         assert same(w[200:210], before[200:210])
         faulty.put("m.safetensors", write_reference({"w": before + 1}))  # same size, new bytes
-        with pytest.raises(rt.RemoteFileChangedError, match="m.safetensors"):
+        with pytest.raises(rt.RemoteFileChangedError, match=r"m\.safetensors"):
             w[300:310]
         with pytest.raises(rt.RemoteFileChangedError):
             w[...]
@@ -240,9 +253,15 @@ def test_a_sharded_model_and_a_hub_model_known_from_its_metadata_endpoint(
     faulty: FaultyServer, hub: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     rng = np.random.default_rng(5)
-    one = {"a": rng.standard_normal((90, 7)).astype(np.float32)}
-    two = {"b": rng.integers(0, 9, (40, 3)).astype(np.uint8), "s": np.array(3, dtype=np.int32)}
-    index = {"metadata": {}, "weight_map": {"a": "m-1.safetensors", "b": "m-2.safetensors", "s": "m-2.safetensors"}}
+    one: dict[str, np.ndarray[Any, Any]] = {"a": rng.standard_normal((90, 7)).astype(np.float32)}
+    two: dict[str, np.ndarray[Any, Any]] = {
+        "b": rng.integers(0, 9, (40, 3)).astype(np.uint8),
+        "s": np.array(3, dtype=np.int32),
+    }
+    index = {
+        "metadata": {},
+        "weight_map": {"a": "m-1.safetensors", "b": "m-2.safetensors", "s": "m-2.safetensors"},
+    }
     files = {
         "m-1.safetensors": write_reference(one),
         "m-2.safetensors": write_reference(two),
@@ -258,6 +277,8 @@ def test_a_sharded_model_and_a_hub_model_known_from_its_metadata_endpoint(
             for name, want in {**one, **two}.items():
                 assert same(group[name][...], want), (location, name)
             assert group["b"].attrs["file"] == "m-2.safetensors"
+    # The hub's shards were known from its metadata endpoint, opened by the first chunk read.
+    assert any("safetensors-metadata" in e.path for e in hub.log.entries)
 
 
 async def test_an_async_model_serves_zarrs_async_api_on_its_own_loop(

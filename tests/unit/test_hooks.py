@@ -23,6 +23,8 @@ HOOKS = {
     "model_tree",
     "tensor_view",
     "tensor_to_dask",
+    "model_zarr_store",
+    "model_kerchunk",
 }
 
 

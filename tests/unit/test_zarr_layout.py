@@ -61,9 +61,10 @@ def test_references_never_reach_past_the_end_of_the_file() -> None:
         short = plan_arrays({"w": t}, chunk_bytes=27 * 40, file_sizes={"m": t.end + after})
         assert short.arrays["w"].rows == 25
     prime = info("p", "F32", (1009, 10))
-    assert plan_arrays({"p": prime}, chunk_bytes=400, file_sizes={"m": prime.end}).arrays[
-        "p"
-    ].rows == 1
+    assert (
+        plan_arrays({"p": prime}, chunk_bytes=400, file_sizes={"m": prime.end}).arrays["p"].rows
+        == 1
+    )
     # The store pads in memory: no divisor needed.
     assert plan_arrays({"w": t}, chunk_bytes=27 * 40).arrays["w"].rows == 27
 
@@ -93,7 +94,9 @@ def test_what_zarr_cannot_express_is_left_out_with_the_reason() -> None:
     why = dict(store.left_out)
     assert set(store.arrays) == {"ok", "f4"}  # the store unpacks F4 itself
     assert "Q4_K has no Zarr data type" in why["q"]
-    assert "'__'" in why["__x"] and "'..'" in why["a/../b"] and "backslash" in why["back\\slash"]
+    assert "'__'" in why["__x"]
+    assert "'..'" in why["a/../b"]
+    assert "backslash" in why["back\\slash"]
     refs = plan_arrays(tensors, chunk_bytes=64, file_sizes={"m": 10**6})
     assert "packed 4 bits apiece" in dict(refs.left_out)["f4"]
     assert set(refs.arrays) == {"ok"}
@@ -134,7 +137,8 @@ def test_metadata_documents() -> None:
     assert v3["dimension_names"] == ["w.dim_0", "w.dim_1"]
     assert v3["attributes"] == {"stored_dtype": "BF16", "file": "m"}
     zarray, zattrs = array.v2_metadata()
-    assert zarray["dtype"] == "bfloat16" and zarray["fill_value"] is None
+    assert zarray["dtype"] == "bfloat16"
+    assert zarray["fill_value"] is None
     assert zattrs["_ARRAY_DIMENSIONS"] == ["w.dim_0", "w.dim_1"]
     # F8_E4M3 is e4m3fn: the registry's float8_e4m3 has infinities, so it is not that name.
     assert ZARR_DTYPES["F8_E4M3"].v3 == "float8_e4m3fn"
