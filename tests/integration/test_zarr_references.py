@@ -110,6 +110,12 @@ def test_kerchunk_of_bf16_and_float8_reads_once_the_dtypes_are_registered(
     for name, want in tensors.items():
         assert same(root[name][...], want), name
     assert float(root["e4m3"][0, 0]) == 256.0
+    # kerchunk's own way from references to a zarr store reads them the same.
+    kerchunk_utils = pytest.importorskip("kerchunk.utils", reason="kerchunk is not installed")
+    store = kerchunk_utils.refs_as_store(refs, read_only=True, remote_protocol="http")
+    via_kerchunk = zarr.open_group(store, mode="r", zarr_format=2)
+    for name, want in tensors.items():
+        assert same(via_kerchunk[name][...], want), name
 
 
 def test_packed_and_quantized_tensors_are_left_out_with_a_warning_naming_them(
@@ -163,6 +169,11 @@ def test_the_cli_writes_kerchunk_references_with_info(
     with rt.open_model(url) as m:
         assert refs == m.to_kerchunk()
     assert same(read_references(refs)["w"][...], tensors["w"])
+    # kerchunk's tooling takes them: its inlining of small chunks reads every reference.
+    kerchunk_utils = pytest.importorskip("kerchunk.utils", reason="kerchunk is not installed")
+    inlined = kerchunk_utils.do_inline(refs, 10_000, remote_protocol="http")
+    assert not any(isinstance(v, list) for v in inlined.values())
+    assert same(read_references({"version": 1, "refs": inlined})["w"][...], tensors["w"])
     assert main(["info", url, "--json", "--kerchunk", str(out)]) == 0
     assert json.loads(capsys.readouterr().out)["kerchunk"] == str(out)
 
