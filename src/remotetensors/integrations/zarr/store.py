@@ -95,7 +95,6 @@ class CheckpointStore(Store):
         self._model = model
         self._loop = loop
         self._chunk_bytes = chunk_bytes
-        self._window = coalesce_window_seconds
         self._plan = plan_arrays(model.tensors, chunk_bytes=chunk_bytes, usable=usable)
         for name, why in self._plan.left_out:
             warn_at_caller(LeftOutWarning(f"{model.location}: tensor {name} is left out: {why}"))
