@@ -212,3 +212,18 @@ def test_the_virtualizarr_parser_opens_a_checkpoint(faulty: FaultyServer, tmp_pa
         )
         for name, want in tensors.items():
             assert same(loaded[name].values, want), (location, name)
+
+
+def test_kerchunk_references_of_a_local_file_name_its_absolute_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tensors = {"w": np.arange(24, dtype=np.int16).reshape(8, 3)}
+    (tmp_path / "m.safetensors").write_bytes(write_reference(tensors))
+    monkeypatch.chdir(tmp_path)
+    with rt.open_model("m.safetensors") as m:
+        refs = m.to_kerchunk(chunk_bytes=12)
+    assert refs["refs"]["w/0.0"][0] == str(tmp_path / "m.safetensors")
+    fs = fsspec.filesystem("reference", fo=refs, asynchronous=True)
+    root = zarr.open_group(zarr.storage.FsspecStore(fs, read_only=True), mode="r", zarr_format=2)
+    assert root["w"].chunks == (2, 3)
+    assert same(root["w"][...], tensors["w"])
