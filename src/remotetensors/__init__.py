@@ -23,11 +23,13 @@ from .errors import (
     FrameworkError,
     HeaderError,
     HeaderErrorKind,
+    LeftOutWarning,
     LocationError,
     MissingDependencyError,
     NotFoundError,
     PermissionDeniedError,
     RangeNotSupportedError,
+    ReadOnlyStoreError,
     RedirectError,
     RemoteFileChangedError,
     RemoteTensorsError,
@@ -110,6 +112,8 @@ _HOOKS: dict[str, tuple[str, str]] = {
     "tensor_view": (".views.explore", "TensorView"),
     "tensor_to_dask": (".integrations.dask", "tensor_to_dask"),
     "open_pipeline": (".models.pipeline", "open_pipeline"),
+    "model_zarr_store": (".integrations.zarr", "model_zarr_store"),
+    "model_kerchunk": (".integrations.zarr", "model_kerchunk"),
 }
 
 
@@ -145,6 +149,7 @@ __all__ = [
     "HeaderError",
     "HeaderErrorKind",
     "HttpOptions",
+    "LeftOutWarning",
     "LocationError",
     "LogicalTensor",
     "MemoryEstimate",
@@ -157,6 +162,7 @@ __all__ = [
     "PermissionDeniedError",
     "Quantization",
     "RangeNotSupportedError",
+    "ReadOnlyStoreError",
     "ReadOptions",
     "RedirectError",
     "RemoteFileChangedError",

@@ -310,6 +310,17 @@ class ConfigWarning(RemoteTensorsError, UserWarning):
     counted from its tensors; the message names the file."""
 
 
+class ReadOnlyStoreError(RemoteTensorsError, ValueError):
+    """A write to a checkpoint's Zarr store (``Model.as_zarr_store()``), which only reads; a
+    ``ValueError`` too, as zarr's own read-only error is."""
+
+
+class LeftOutWarning(RemoteTensorsError, UserWarning):
+    """A tensor left out of a Zarr store, kerchunk references or a VirtualiZarr manifest: Zarr
+    cannot express its dtype as stored, or its name as a node. The message names the tensor and
+    the reason; every other tensor is there."""
+
+
 _PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 

@@ -21,6 +21,9 @@ The hooks, by name (arguments as the caller passes them):
 - ``open_pipeline(location, place, found, stack, *, options, framework, variant)``: a diffusers
   pipeline's model (``models.pipeline.AsyncPipeline``, a subclass of the model that opens it:
   ``models.model`` reaches it here, as values reach their views).
+- ``model_zarr_store(model, *, loop, chunk_bytes, coalesce_window_seconds)``: a read-only
+  Zarr v3 store of an ``AsyncModel`` whose files live on ``loop``.
+- ``model_kerchunk(model, *, chunk_bytes)``: kerchunk references of an ``AsyncModel``.
 """
 
 from __future__ import annotations

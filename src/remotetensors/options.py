@@ -16,6 +16,11 @@ DEFAULT_MAX_CONCURRENCY = 8
 DEFAULT_CHUNK_BYTES = 64 * 1024 * 1024
 """``to_dask``: target bytes of one Dask chunk (whole rows; one range read each)."""
 
+DEFAULT_ZARR_CHUNK_BYTES = 4 * 1024 * 1024
+"""``as_zarr_store``, ``to_kerchunk``: target bytes of one Zarr chunk (whole rows). Smaller than
+a Dask chunk: a Zarr chunk is what a reader moves, so ten rows of an embedding cost one chunk,
+not the matrix."""
+
 
 @dataclass(frozen=True, slots=True)
 class ReadOptions:

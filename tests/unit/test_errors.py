@@ -129,6 +129,8 @@ PUBLIC_NAMES = {
     "TensorView",
     "Traffic",
     "compare",
+    "LeftOutWarning",
+    "ReadOnlyStoreError",
 }
 
 

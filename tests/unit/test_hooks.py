@@ -24,6 +24,8 @@ HOOKS = {
     "tensor_view",
     "tensor_to_dask",
     "open_pipeline",
+    "model_zarr_store",
+    "model_kerchunk",
 }
 
 

@@ -15,6 +15,12 @@ HELP = "Show format, metadata, files and sizes."
 
 def add_arguments(sub: argparse.ArgumentParser) -> None:
     add_location_options(sub)
+    sub.add_argument(
+        "--kerchunk",
+        metavar="OUT.json",
+        help="also write kerchunk references of the tensors to OUT.json (fsspec's reference "
+        "filesystem and zarr read them; hub files at the commit read)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -46,6 +52,11 @@ def run(args: argparse.Namespace) -> int:
             "unmapped": list(model.index.unmapped),
             **parts_report(model),
         }
+        if args.kerchunk:
+            from ..integrations.zarr.kerchunk import write_references
+
+            write_references(model.to_kerchunk(), args.kerchunk)
+            result["kerchunk"] = args.kerchunk
     if args.json:
         print(json.dumps(result))
         return 0
@@ -66,4 +77,6 @@ def run(args: argparse.Namespace) -> int:
         for name, f in files.items()
     ]
     print_table(["file", "tensors", "header", "size"], rows, right=("tensors", "header", "size"))
+    if args.kerchunk:
+        print(f"  kerchunk:   {args.kerchunk}")
     return 0

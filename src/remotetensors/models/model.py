@@ -25,7 +25,7 @@ from ..errors import (
     warn_at_caller,
 )
 from ..index import FileIndex, ModelIndex, TensorInfo
-from ..options import DEFAULT_CHUNK_BYTES, ReadOptions
+from ..options import DEFAULT_CHUNK_BYTES, DEFAULT_ZARR_CHUNK_BYTES, ReadOptions
 from ..quantization import (
     LogicalTensor,
     ParameterCount,
@@ -49,6 +49,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
 
     import dask.array as da
+    import zarr.abc.store
 
     from ..formats.model_index import PipelineManifest
     from ..reading.file import AsyncTensorFile
@@ -89,6 +90,10 @@ class AsyncModel:
         """
         self.location = redact_url(location)  # named in messages and views: no secrets
         self._files = dict(files)
+        try:  # the loop the files' connections belong to (a Zarr store reads on it)
+            self._loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            self._loop = None
         self.index = index
         self._closed = False
         self.configs = configs or ConfigFiles()
@@ -221,6 +226,14 @@ class AsyncModel:
     def keys(self) -> list[str]:
         """Tensor names, sorted."""
         return self.index.keys()
+
+    def file(self, name: str) -> AsyncTensorFile:
+        """The open file ``name`` (one of :attr:`files`).
+
+        Raises:
+            KeyError: the model has no such file.
+        """
+        return self._files[name]
 
     @property
     def config(self) -> dict[str, Any] | None:
@@ -379,6 +392,48 @@ class AsyncModel:
         if isinstance(names, str) and names in self.index.tensors:
             return arrays[names]
         return arrays
+
+    def as_zarr_store(
+        self,
+        *,
+        chunk_bytes: int = DEFAULT_ZARR_CHUNK_BYTES,
+        coalesce_window_seconds: float | None = None,
+    ) -> zarr.abc.store.Store:
+        """The model as a read-only Zarr v3 store, one array per tensor, chunks of whole rows of
+        about ``chunk_bytes``, read through this model's files on the loop it was opened on
+        (see :mod:`remotetensors.integrations.zarr.store`); nothing is read here.
+
+        Use zarr's async API on that loop, or its sync API from another thread (not from the
+        loop's own thread: the reads need it).
+
+        Warns:
+            LeftOutWarning: per tensor Zarr cannot express (named, with the reason).
+
+        Raises:
+            MissingDependencyError: zarr is not installed (``pip install "remotetensors[zarr]"``).
+        """
+        store: zarr.abc.store.Store = hooks.call(
+            "model_zarr_store",
+            self,
+            loop=self._loop,
+            chunk_bytes=chunk_bytes,
+            coalesce_window_seconds=coalesce_window_seconds,
+        )
+        return store
+
+    def to_kerchunk(self, *, chunk_bytes: int = DEFAULT_ZARR_CHUNK_BYTES) -> dict[str, Any]:
+        """Kerchunk references (version 1) of the model's tensors, hub files at the commit read
+        (see :mod:`remotetensors.integrations.zarr.kerchunk`); nothing is read here.
+
+        Warns:
+            LeftOutWarning: per tensor Zarr cannot express.
+
+        Raises:
+            ShardNotOpenedError: a shard known only from the hub's metadata endpoint is not
+                open yet (``await open_shards(keys())`` first; the sync ``Model`` does it).
+        """
+        refs: dict[str, Any] = hooks.call("model_kerchunk", self, chunk_bytes=chunk_bytes)
+        return refs
 
     async def aclose(self) -> None:
         """Release every file's connections; later reads raise FileClosedError."""

@@ -16,7 +16,7 @@ import threading
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from .. import hooks
-from ..options import DEFAULT_CHUNK_BYTES, ReadOptions
+from ..options import DEFAULT_CHUNK_BYTES, DEFAULT_ZARR_CHUNK_BYTES, ReadOptions
 from ..reading.file import AsyncTensorFile
 from ..reading.frameworks import check_backend, check_device
 from ..reading.opening import open_tensor_file, open_tensor_file_now
@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     import dask.array as da
     import numpy as np
     import numpy.typing as npt
+    import zarr.abc.store
 
     from ..formats.model_index import PipelineManifest
     from ..index import FileIndex, ModelIndex, TensorInfo
@@ -472,6 +473,39 @@ class Model:
         hub's metadata endpoint)."""
         run_sync(self._model.open_shards(names))
         return self._model.to_dask(names, chunk_bytes=chunk_bytes)
+
+    def as_zarr_store(
+        self,
+        *,
+        chunk_bytes: int = DEFAULT_ZARR_CHUNK_BYTES,
+        coalesce_window_seconds: float | None = None,
+    ) -> zarr.abc.store.Store:
+        """The model as a read-only Zarr v3 store: ``zarr.open_group(m.as_zarr_store(),
+        mode="r")``, ``xarray.open_zarr(store, consolidated=False)``. One array per tensor,
+        named as the checkpoint names it, chunks of whole rows of about ``chunk_bytes``, each
+        read through this model (retries, version pin, coalescing); nothing is read here.
+        Chunk reads arriving within ``coalesce_window_seconds`` are planned together.
+
+        Warns:
+            LeftOutWarning: per tensor Zarr cannot express (named, with the reason).
+
+        Raises:
+            MissingDependencyError: zarr is not installed (``pip install "remotetensors[zarr]"``).
+        """
+        return self._model.as_zarr_store(
+            chunk_bytes=chunk_bytes, coalesce_window_seconds=coalesce_window_seconds
+        )
+
+    def to_kerchunk(self, *, chunk_bytes: int = DEFAULT_ZARR_CHUNK_BYTES) -> dict[str, Any]:
+        """Kerchunk references (version 1) of the model's tensors, for fsspec's reference
+        filesystem and zarr; hub files at the commit read. No tensor data is read (shards
+        known only from the hub's metadata endpoint read their 8-byte length).
+
+        Warns:
+            LeftOutWarning: per tensor Zarr cannot express.
+        """
+        run_sync(self._model.open_shards(self._model.keys()))
+        return self._model.to_kerchunk(chunk_bytes=chunk_bytes)
 
     def close(self) -> None:
         """Release connections."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -26,13 +27,24 @@ copies into it and out of it are cheaper than through memory (a 4 MiB slice of a
 read in 256 KiB chunks takes 60% of the time of one read)."""
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Iterator
+    from collections.abc import Callable, Iterable, Iterator, Sequence
 
     import dask.array as da
     import numpy.typing as npt
 
     from ..index import FileIndex, TensorInfo
     from ..sources.base import ByteSource
+    from ..sources.recipe import SourceRecipe
+
+
+@dataclass(frozen=True, slots=True)
+class TensorBytes:
+    """Bytes ``[offset, offset + len(buffer))`` of tensor ``name``'s data, as stored in the file
+    (packed for F4 and F6), go into ``buffer``; ``offset`` counts from the tensor's first byte."""
+
+    name: str
+    offset: int
+    buffer: memoryview
 
 
 class AsyncTensorFile:
@@ -231,6 +243,41 @@ class AsyncTensorFile:
             info.name: convert(out.result(), info.dtype, self._framework)
             for info, out in zip(infos, outputs, strict=True)
         }
+
+    async def read_tensor_bytes(self, parts: Sequence[TensorBytes]) -> None:
+        """Fill each part's buffer with its bytes, all parts in one plan: coalesced (holes up to
+        ``max_gap_bytes``), split and fetched concurrently, as :meth:`get_tensors` reads. Bytes
+        land in the buffers given; nothing else is allocated but the pieces a coalesced read
+        bridges.
+
+        Raises:
+            TensorNotFoundError: a part names a tensor the file does not hold.
+            ValueError: a part reaches outside its tensor's bytes.
+            RemoteFileChangedError: the file is no longer the version opened.
+        """
+        targets = []
+        for part in parts:
+            info = self.info(part.name)
+            start = info.start + part.offset
+            end = start + len(part.buffer)
+            if part.offset < 0 or end > info.end:
+                raise ValueError(
+                    f"{self.location}: bytes [{part.offset}, {part.offset + len(part.buffer)}) "
+                    f"lie outside tensor {part.name} ({info.nbytes} bytes)"
+                )
+            targets.append(Target(ByteRange(start, end), part.buffer))
+        await self._fetch(targets)
+
+    def recipe(self) -> SourceRecipe:
+        """How to open this file again, at the version read here: its URL (a hub file's at the
+        pinned commit) or path, size and validator.
+
+        Raises:
+            NotImplementedError: the file was opened on an fsspec filesystem object.
+            RuntimeError: the file has not been opened yet (a shard known only from the hub's
+                metadata endpoint, see :mod:`.hub_onecall`).
+        """
+        return self._source.recipe()
 
     async def get_tensor_bytes(self, name: str) -> npt.NDArray[np.uint8]:
         """Fetch a tensor's bytes as stored in the file (1-D uint8; packed for F4 and F6)."""
