@@ -24,6 +24,7 @@ KNOWN_METHODS = frozenset(
         "fbgemm_fp8",
         "mxfp4",
         "mlx",
+        "modelopt",
     }
 )
 """Methods whose layouts are understood (``quant_method`` as configs write it, lowercase)."""
@@ -101,11 +102,11 @@ def describe_quantization(
     if method not in KNOWN_METHODS:
         problems.append(
             f"{source}: unknown quantization method {raw_method!r}; the count follows the "
-            "tensors' layout"
+            "tensors' layout and is not exact"
         )
     bits, group_size, fmt = _bits_group_format(method, block)
     skipped: list[str] = []
-    for key in ("modules_to_not_convert", "llm_int8_skip_modules", "ignore"):
+    for key in ("modules_to_not_convert", "llm_int8_skip_modules", "ignore", "exclude_modules"):
         value = block.get(key)
         if isinstance(value, list):
             skipped.extend(str(v) for v in value)
@@ -153,6 +154,11 @@ def _bits_group_format(
         bits, group = 8, None
     elif method == "mxfp4":
         bits, group = 4, 32
+    elif method == "modelopt":
+        algo = str(block.get("quant_algo", "")).lower()
+        fmt = algo or None
+        bits = {"nvfp4": 4, "mxfp4": 4, "fp8": 8}.get(algo, bits)
+        group = group or {"nvfp4": 16, "mxfp4": 32}.get(algo)
     if group is not None and group <= 0:
         group = None  # -1: one group per output channel
     return bits, group, fmt

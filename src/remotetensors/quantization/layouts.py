@@ -1,7 +1,12 @@
 """Each tensor's role and logical size, recognised from names, dtypes and siblings' shapes.
 
-The layouts of GPTQ, AWQ, bitsandbytes, compressed-tensors, FP8, MXFP4 and MLX, checked against
-what the config says; the entry point is :func:`count_parameters`. Pure.
+The layouts of GPTQ, AWQ (GEMM, GEMV and GEMV-fast), bitsandbytes, compressed-tensors, FP8,
+MXFP4, NVFP4 (ModelOpt) and MLX, checked against what the config says; the entry point is
+:func:`count_parameters`. Pure.
+
+A count is exact only when every tensor's layout is understood: a method we do not know, or an
+integer tensor holding weights in a layout we do not recognise in a model that says it is
+quantized, makes it ``exact=False`` with a problem saying why.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from .config import (
     describe_quantization,
     int_or_none,
 )
-from .patterns import SafePattern, UnsupportedPattern
+from .targets import group_for
 from .values import AUXILIARY, WEIGHT, LogicalTensors, ParameterCount, Quantization, RawLogical
 
 if TYPE_CHECKING:
@@ -42,6 +47,7 @@ _AUX_LEAVES = frozenset(
         "weight_g_idx",
         "weight_shape",
         "weight_global_scale",
+        "weight_scale_2",
         "input_global_scale",
         "input_scale",
         "output_scale",
@@ -54,6 +60,11 @@ _AUX_LEAVES = frozenset(
 )
 _FLOAT8 = frozenset({"F8_E4M3", "F8_E5M2", "F8_E4M3FNUZ", "F8_E5M2FNUZ"})
 _INT_CONTAINERS = {"I32": 32, "U32": 32, "I16": 16, "U16": 16}
+# Integer dtypes that hold several packed values per element in some method or other: a weight
+# stored in one of them and counted as stored is a guess in a model that says it is quantized.
+_PACKED_INTEGERS = frozenset({*_INT_CONTAINERS, "U8"})
+# Microscaled fp4 beside its scales: two values per byte, one scale per ``group`` of them.
+_FP4_SCALES = {"F8_E4M3": ("nvfp4", 16), "F8_E8M0": ("mxfp4", 32), "U8": ("mxfp4", 32)}
 
 
 def _split(name: str) -> tuple[str, str]:
@@ -93,6 +104,7 @@ class _Counter:
         self.layouts: set[str] = set()
         self.unknown_width: list[str] = []  # packed weights counted at an assumed 4 bits
         self.bad_shapes: list[str] = []  # stored logical shapes their packed weight cannot hold
+        self.stored_packed: list[str] = []  # integer weights in no known layout, counted as stored
         # packed weights whose shapes contradict the configured width (an ordered set)
         self.width_mismatch: dict[str, None] = {}
         # Weights with a ``<weight>.quant_state.bitsandbytes__*`` beside them, found in one pass.
@@ -165,11 +177,8 @@ class _Counter:
         widths = {g.bits for g in groups}
         if len(widths) == 1:
             return widths.pop()
-        for group in groups:
-            for target in group.targets:
-                if _target_matches(target, module, self.problems, self.source):
-                    return group.bits
-        return None
+        group = group_for(groups, module, self.problems, self.source)
+        return group.bits if group is not None else None
 
     # -- layouts -------------------------------------------------------------------------------
 
@@ -188,6 +197,10 @@ class _Counter:
                 self.layouts.add("bitsandbytes")
                 count = info.num_elements * 2
                 self.weight(name, count, None, "bitsandbytes 4-bit, 2 per U8")
+            elif (
+                leaf == "weight" and info.dtype == "U8" and self.fp4_with_scales(name, info, prefix)
+            ):
+                pass
             elif (
                 leaf == "weight"
                 and info.dtype in ("U32", "I32")
@@ -218,7 +231,12 @@ class _Counter:
                     self.layouts.add("float8")
                 if info.dtype == "I8" and self.sibling(prefix, "SCB") is not None:
                     self.layouts.add("bitsandbytes-int8")
-                self.weight(name, info.num_elements, info.shape, None)
+                # An integer weight in a quantized model, in no layout understood, may hold
+                # several values per element: its stored count is then a guess.
+                guess = self.q is not None and info.dtype in _PACKED_INTEGERS and "weight" in leaf
+                if guess:
+                    self.stored_packed.append(name)
+                self.weight(name, info.num_elements, info.shape, None, exact=not guess)
 
     def quantized_weight(self, prefix: str) -> bool:
         """Whether module ``prefix`` holds a weight in a quantized dtype (a ``scale`` leaf beside
@@ -232,16 +250,43 @@ class _Counter:
             f"{name}.{leaf}" in self.tensors for leaf in ("absmax", "quant_map", "nested_absmax")
         )
 
+    def fp4_with_scales(self, name: str, info: TensorInfo, prefix: str) -> bool:
+        """ModelOpt's NVFP4 (and MXFP4 laid out the same way): ``weight`` U8 ``[out, in/2]``,
+        two fp4 values per byte, beside a ``weight_scale`` of one F8_E4M3 per 16 values (or one
+        E8M0 exponent per 32). Counted and True when ``name`` is such a weight."""
+        scale = self.sibling(prefix, "weight_scale")
+        if scale is None or scale.dtype not in _FP4_SCALES or len(info.shape) < 1:
+            return False
+        kind, group = _FP4_SCALES[scale.dtype]
+        values = info.shape[-1] * 2
+        if scale.shape != (*info.shape[:-1], values // group) or values % group:
+            return False
+        self.layouts.add(kind)
+        self.weight(name, info.num_elements * 2, (*info.shape[:-1], values), f"{kind}, 2 per U8")
+        self.aux(f"{prefix}.weight_scale", f"scales of {name}")
+        return True
+
     def qweight(self, name: str, info: TensorInfo, prefix: str) -> None:
-        """GPTQ (packed along the input dim) and AWQ (along the output dim)."""
+        """GPTQ (packed along the input dim) and AWQ (GEMM: along the output dim; GEMV: along
+        the input dim, rows by output; GEMV-fast: int16, four outputs interleaved)."""
         container = _INT_CONTAINERS[info.dtype]
         scales = self.sibling(prefix, "scales")
         qzeros = self.sibling(prefix, "qzeros")
         g_idx = self.sibling(prefix, "g_idx")
+        if _awq_gemv_fast(info, scales, qzeros):
+            self.awq_gemv_fast(name, info, prefix, scales)
+            return
         configured = self.bits_for(name)
         inferred = None
-        if scales is not None and qzeros is not None and scales.shape and qzeros.shape:
-            # Both methods pack the zero points along the output dim, beside one scale each.
+        if (
+            scales is not None
+            and qzeros is not None
+            and scales.shape
+            and qzeros.shape
+            and qzeros.dtype in _INT_CONTAINERS
+        ):
+            # Every integer layout packs the zero points as it packs the weights' groups, one
+            # zero point per scale: a scale row holds container/bits times a zero-point row.
             inferred = _ratio(container * qzeros.shape[-1], scales.shape[-1])
         bits = configured or inferred
         if configured is not None and inferred is not None and configured != inferred:
@@ -261,7 +306,9 @@ class _Counter:
                 layout = "gptq"
             elif cols * container == out * bits:
                 layout = "awq"
-        self.layouts.add(layout or "gptq")
+            elif scales is not None and len(scales.shape) == 2 and scales.shape[0] == rows:
+                layout = "awq-gemv"  # one row of scales per output, as the weights' rows
+        self.layouts.add("awq" if layout == "awq-gemv" else layout or "gptq")
         packing = _packing(layout or "packed", bits, container, info.dtype)
         if layout == "gptq" and len(info.shape) == 2:
             # g_idx holds one group index per input: the input width, whatever the packing.
@@ -274,12 +321,35 @@ class _Counter:
             self.weight(name, cols * inputs, (cols, inputs), packing, exact=exact and not guessed)
         elif layout == "awq" and len(info.shape) == 2 and out is not None:
             self.weight(name, rows * out, (out, rows), packing, exact=not guessed)
+        elif layout == "awq-gemv":
+            inputs, exact = _unpack(cols, container, bits)
+            self.weight(name, rows * inputs, (rows, inputs), packing, exact=exact and not guessed)
         else:
             count, exact = _unpack(info.num_elements, container, bits)
             self.weight(name, count, None, packing, exact=exact and not guessed)
         self.aux(f"{prefix}.qzeros", "zero points of a packed weight")
         self.aux(f"{prefix}.scales", "scales of a packed weight")
         self.aux(f"{prefix}.g_idx", "input order of a packed weight")
+
+    def awq_gemv_fast(
+        self, name: str, info: TensorInfo, prefix: str, scales: TensorInfo | None
+    ) -> None:
+        """AutoAWQ's GEMV-fast: qweight I16 ``[out/4, in/4·4]`` (four outputs interleaved),
+        scales and float zero points ``[groups, out]``; the outputs are the scales' columns."""
+        assert scales is not None
+        self.layouts.add("awq")
+        bits = self.bits_for(name)
+        guessed = bits is None
+        if bits is None:  # GEMV-fast is 4-bit only, but the config did not say so
+            self.unknown_width.append(name)
+            bits = 4
+        out = scales.shape[-1]
+        count, exact = _unpack(info.num_elements, 16, bits)
+        shape = (out, count // out) if count % out == 0 else None
+        packing = _packing("awq-gemv-fast", bits, 16, info.dtype)
+        self.weight(name, count, shape, packing, exact=exact and shape is not None and not guessed)
+        self.aux(f"{prefix}.qzeros", "zero points of a packed weight")
+        self.aux(f"{prefix}.scales", "scales of a packed weight")
 
     def weight_packed(self, name: str, info: TensorInfo, prefix: str) -> None:
         """compressed-tensors: ``weight_packed`` with its logical ``weight_shape`` beside it."""
@@ -290,7 +360,14 @@ class _Counter:
             packing = "fp4, 2 per U8"
         else:
             container = _INT_CONTAINERS.get(info.dtype, info.dtype_info.bits)
-            found = self.bits_for(name) or _infer_packed_bits(self, prefix, info, container)
+            configured = self.bits_for(name)
+            stored_bits = _stored_shape_bits(self.shapes.get(f"{prefix}.weight_shape"), info)
+            found = configured or stored_bits
+            if configured is not None and stored_bits is not None and configured != stored_bits:
+                # The stored logical shape is the tensor's own word; the config's group may
+                # have been matched to the wrong module, or written for another checkpoint.
+                self.width_mismatch[name] = None
+                found = stored_bits
             if found is None:
                 self.unknown_width.append(name)
             bits, guessed = found or 4, found is None
@@ -306,12 +383,7 @@ class _Counter:
         exact = info.dtype == "U8"
         stored = self.shapes.get(f"{prefix}.weight_shape")
         if stored is not None:
-            fits = (
-                len(stored) == len(info.shape)
-                and tuple(stored[:-1]) == tuple(info.shape[:-1])
-                and -(-stored[-1] * bits // container) == info.shape[-1]
-            )
-            if fits:
+            if _holds(stored, info, bits, container):
                 shape, exact = tuple(stored), True
             else:
                 self.bad_shapes.append(f"{prefix}.weight_shape")
@@ -373,12 +445,18 @@ class _Counter:
                 "hold; counted from the packed tensors"
             )
         if self.width_mismatch and self.q is not None:
+            says = f"says {self.q.bits}-bit" if self.q.bits else "gives another width"
             self.problems.append(
-                f"{self.q.source}: says {self.q.bits}-bit, but {_some(list(self.width_mismatch))} "
-                "are packed at another width (their qzeros against their scales, or g_idx); "
-                "counted as the tensors say"
+                f"{self.q.source}: {says}, but {_some(list(self.width_mismatch))} are packed at "
+                "another width (their qzeros against their scales, g_idx, or their stored "
+                "weight_shape); counted as the tensors say"
             )
         q = self.q
+        if self.stored_packed and q is not None:
+            self.problems.append(
+                f"{q.source}: says {q.method}, but {_some(self.stored_packed)} hold integers in "
+                "no layout understood; counted as stored, not exact"
+            )
         if q is None or q.method not in KNOWN_METHODS:
             return
         expected = {
@@ -388,6 +466,7 @@ class _Counter:
             "mlx": {"mlx"},
             "fp8": {"float8"},
             "fbgemm_fp8": {"float8"},
+            "modelopt": {"nvfp4", "mxfp4", "float8"},
         }.get(q.method)
         if q.method == "bitsandbytes":
             expected = {"bitsandbytes"} if q.bits == 4 else {"bitsandbytes-int8"}
@@ -435,34 +514,42 @@ def _unpack(elements: int, container: int, bits: int) -> tuple[int, bool]:
     return total // bits, container % bits == 0
 
 
-def _infer_packed_bits(
-    counter: _Counter, prefix: str, info: TensorInfo, container: int
-) -> int | None:
-    stored = counter.shapes.get(f"{prefix}.weight_shape")
-    if stored and info.shape:
-        return _ratio(container * info.shape[-1], stored[-1]) or None
-    return None
+def _holds(stored: tuple[int, ...], info: TensorInfo, bits: int, container: int) -> bool:
+    """Whether a packed tensor of ``info``'s shape holds logical shape ``stored`` at ``bits``
+    per value: the same leading dims, and the last one packed into whole containers."""
+    return (
+        len(stored) == len(info.shape)
+        and tuple(stored[:-1]) == tuple(info.shape[:-1])
+        and -(-stored[-1] * bits // container) == info.shape[-1]
+    )
 
 
-@functools.lru_cache(maxsize=256)
-def _compiled(pattern: str) -> SafePattern:
-    return SafePattern(pattern)
+def _stored_shape_bits(stored: tuple[int, ...] | None, info: TensorInfo) -> int | None:
+    """The width at which a packed tensor holds its stored logical shape, if exactly one does.
+
+    A row of ``n`` values at ``b`` bits fills ``ceil(n·b/container)`` containers; for rows
+    longer than a container's bits that leaves one width at most.
+    """
+    container = _INT_CONTAINERS.get(info.dtype)
+    if not stored or not info.shape or container is None:
+        return None
+    widths = [b for b in range(1, container + 1) if _holds(stored, info, b, container)]
+    return widths[0] if len(widths) == 1 else None
 
 
-def _target_matches(target: str, module: str, problems: list[str], source: str) -> bool:
-    """A compressed-tensors target: ``re:`` + a pattern (matched safely), a module name, or a
-    layer class (``Linear``), which every linear layer is."""
-    if target.startswith("re:"):
-        try:
-            return _compiled(target[3:]).match(module)
-        except UnsupportedPattern as exc:
-            message = f"{source}: target {target!r} not understood ({exc}); not matched"
-            if message not in problems:
-                problems.append(message)
-            return False
-    if target[:1].isupper() and "." not in target:
-        return True  # a class name; the packed tensor says it is a quantized linear layer
-    return module == target or module.endswith(f".{target}")
+def _awq_gemv_fast(info: TensorInfo, scales: TensorInfo | None, qzeros: TensorInfo | None) -> bool:
+    """AutoAWQ's GEMV-fast: an I16 qweight whose rows are a quarter of the outputs (four
+    interleaved), beside scales and floating zero points of one shape ``[groups, out]``."""
+    return (
+        info.dtype == "I16"
+        and len(info.shape) == 2
+        and scales is not None
+        and qzeros is not None
+        and len(scales.shape) == 2
+        and qzeros.shape == scales.shape
+        and qzeros.dtype not in _INT_CONTAINERS
+        and scales.shape[-1] == info.shape[0] * 4
+    )
 
 
 def stored_shape_tensors(tensors: Mapping[str, TensorInfo]) -> list[str]:
@@ -521,9 +608,11 @@ def count_parameters(
     counter.run()
     counter.check()
     results = cast("dict[str, RawLogical]", counter.result)  # run() gave every tensor its role
+    # A method we do not know may pack values in a way no tensor shows: never call it exact.
+    known = quantization is None or quantization.method in KNOWN_METHODS
     return ParameterCount(
         total=sum(parameters for _, parameters, _, _, _ in results.values()),
-        exact=all(exact for _, _, _, exact, _ in results.values()),
+        exact=known and all(exact for _, _, _, exact, _ in results.values()),
         stored_total=sum(info.num_elements for info in tensors.values()),
         quantization=quantization,
         tensors=LogicalTensors(results),
