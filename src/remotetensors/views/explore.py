@@ -71,10 +71,11 @@ def _memory_line(model: AsyncModel) -> str | None:
         return None
     if estimate.kv_cache_bytes is None or not estimate.context:
         return None
+    at_most = "at most " if estimate.kv_cache_bound else ""
     return (
         f"memory to serve one sequence of {estimate.context:,} tokens: weights "
-        f"{human_bytes(estimate.weights_bytes)} + KV cache {human_bytes(estimate.kv_cache_bytes)}"
-        f" = {human_bytes(estimate.total_bytes)}"
+        f"{human_bytes(estimate.weights_bytes)} + KV cache {at_most}"
+        f"{human_bytes(estimate.kv_cache_bytes)} = {at_most}{human_bytes(estimate.total_bytes)}"
     )
 
 

@@ -157,10 +157,15 @@ def memory_text(report: dict[str, Any]) -> list[str]:
         layers = f"{report['full_layers']} full-context layer(s)"
         if report["window_layers"]:
             layers += f", {report['window_layers']} capped at {report['window_tokens']:,} tokens"
+        if report["constant_layers"]:
+            layers += f", {report['constant_layers']} of constant state"
+        at_most = "at most " if report.get("kv_cache_bound") else ""
         lines.append(
-            f"  KV cache  {human_bytes(kv):>10}  {report['context']:,} tokens x "
+            f"  KV cache  {at_most}{human_bytes(kv):>10}  {report['context']:,} tokens x "
             f"{report['batch']} sequence(s), {report['kv_dtype']}, {report['attention']}, "
             f"{human_bytes(report['kv_bytes_per_token'])} per token; {layers}"
         )
+        if report.get("kv_cache_bound"):
+            lines.append(f"            {report['kv_cache_bound']}")
     lines.append(f"  total     {human_bytes(report['total_bytes']):>10}")
     return lines
