@@ -72,6 +72,7 @@ class Arch:
         if self.experts:
             config["num_experts"] = self.experts
             config["moe_intermediate_size"] = self.expert_intermediate
+            config["num_experts_per_tok"] = 2
         config.update(extra)
         return config
 

@@ -128,6 +128,20 @@ def describe_quantization(
     return description, tuple(problems)
 
 
+def text_config(config: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The language model's part of a config: its ``text_config`` (or ``llm_config``) when it
+    has one, with the top level's dtype and quantization filled in."""
+    for key in ("text_config", "llm_config", "language_config"):
+        inner = config.get(key)
+        if isinstance(inner, Mapping) and inner:
+            merged = dict(inner)
+            for shared in ("torch_dtype", "dtype", "quantization_config"):
+                if shared in config and shared not in merged:
+                    merged[shared] = config[shared]
+            return merged
+    return config
+
+
 def _bits_group_format(
     method: str, block: Mapping[str, Any]
 ) -> tuple[int | None, int | None, str | None]:

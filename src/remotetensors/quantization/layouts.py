@@ -15,6 +15,7 @@ import functools
 import math
 import re
 from collections.abc import Iterator, Mapping
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, cast
 
 from ..index import TensorTable
@@ -25,6 +26,7 @@ from .config import (
     describe_quantization,
     int_or_none,
 )
+from .moe import find_experts
 from .targets import group_for
 from .values import AUXILIARY, WEIGHT, LogicalTensors, ParameterCount, Quantization, RawLogical
 
@@ -602,7 +604,8 @@ def count_parameters(
         quantization_config_location=quantization_config_location,
     )
     if quantization is None and isinstance(tensors, TensorTable) and _plainly_stored(tensors):
-        return _plain_count(tensors, declared_total(metadata), problems)
+        plain = _plain_count(tensors, declared_total(metadata), problems)
+        return _with_experts(plain, tensors, None, config, config_location)
     source = quantization.source if quantization is not None else config_location
     counter = _Counter(tensors, quantization, logical_shapes or {}, source)
     counter.run()
@@ -610,7 +613,7 @@ def count_parameters(
     results = cast("dict[str, RawLogical]", counter.result)  # run() gave every tensor its role
     # A method we do not know may pack values in a way no tensor shows: never call it exact.
     known = quantization is None or quantization.method in KNOWN_METHODS
-    return ParameterCount(
+    count = ParameterCount(
         total=sum(parameters for _, parameters, _, _, _ in results.values()),
         exact=known and all(exact for _, _, _, exact, _ in results.values()),
         stored_total=sum(info.num_elements for info in tensors.values()),
@@ -619,6 +622,27 @@ def count_parameters(
         declared_total=declared_total(metadata),
         problems=tuple(dict.fromkeys([*problems, *counter.problems])),
     )
+    return _with_experts(count, tensors, results, config, config_location)
+
+
+def _with_experts(
+    count: ParameterCount,
+    tensors: Mapping[str, TensorInfo],
+    logical: Mapping[str, RawLogical] | None,
+    config: Mapping[str, Any] | None,
+    source: str,
+) -> ParameterCount:
+    """``count`` with its mixture of experts, when the tensors hold routed experts."""
+    fragments = ("experts.", "_exps.")
+    if isinstance(tensors, TensorTable) and not any(
+        tensors.may_have_name_containing(f) for f in fragments
+    ):
+        return count  # a dense model: no name to look at
+    names = [n for n in tensors if "experts." in n or "_exps." in n]
+    moe, problems = find_experts(names, tensors, logical, config, source=source)
+    if moe is None and not problems:
+        return count
+    return replace(count, moe=moe, problems=tuple(dict.fromkeys([*count.problems, *problems])))
 
 
 # The dtypes the layouts above look at: integer containers of packed values, bitsandbytes'

@@ -27,6 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from .config import text_config
 from .kv_layers import layer_kinds, positive_int
 
 KV_DTYPE_BITS = {
@@ -143,20 +144,6 @@ class MemoryEstimate:
             "kv_cache_unknown": self.kv_cache_unknown,
             "kv_cache_bound": self.kv_cache_bound,
         }
-
-
-def text_config(config: Mapping[str, Any]) -> Mapping[str, Any]:
-    """The language model's part of a config: its ``text_config`` (or ``llm_config``) when it
-    has one, with the top level's dtype and quantization filled in."""
-    for key in ("text_config", "llm_config", "language_config"):
-        inner = config.get(key)
-        if isinstance(inner, Mapping) and inner:
-            merged = dict(inner)
-            for shared in ("torch_dtype", "dtype", "quantization_config"):
-                if shared in config and shared not in merged:
-                    merged[shared] = config[shared]
-            return merged
-    return config
 
 
 def _auto_kv_dtype(config: Mapping[str, Any]) -> str | None:

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ..index import TensorInfo
+    from .moe import MixtureOfExperts
 
 WEIGHT = "weight"
 """Role of a tensor that holds model parameters (packed or not)."""
@@ -128,6 +129,7 @@ class ParameterCount:
         tensors: name -> :class:`LogicalTensor`, for every tensor.
         declared_total: ``total_parameters`` as the file's or index's metadata declares it.
         problems: messages about the config (each naming the file); shown as warnings.
+        moe: the mixture of experts, or ``None`` for a dense model (see :mod:`.moe`).
     """
 
     total: int
@@ -137,6 +139,23 @@ class ParameterCount:
     tensors: LogicalTensors
     declared_total: int | None = None
     problems: tuple[str, ...] = ()
+    moe: MixtureOfExperts | None = None
+
+    @property
+    def active(self) -> int | None:
+        """Parameters used per token: the total for a dense model; for a mixture of experts
+        the total minus the routed experts a token does not use (the convention is
+        :data:`remotetensors.quantization.moe.ACTIVE_CONVENTION`); ``None`` when the config
+        does not say how many experts a token uses."""
+        if self.moe is None:
+            return self.total
+        inactive = self.moe.inactive
+        return None if inactive is None else self.total - inactive
+
+    @property
+    def active_exact(self) -> bool:
+        """Whether :attr:`active` is exact: the total is, and so are the experts' figures."""
+        return self.exact and (self.moe is None or self.moe.exact)
 
     @property
     def unpacked(self) -> list[str]:
