@@ -4,6 +4,7 @@ configs and shapes, the oracle computed here from the config, never by the libra
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -19,17 +20,17 @@ from tests.unit.test_quantization import infos
 
 def per_expert(family: str, c: dict[str, Any]) -> int:
     """Parameters of one routed expert, from the config's sizes alone."""
-    h = c["hidden_size"]
+    h = int(c["hidden_size"])
     if family == "mixtral":
-        return 3 * h * c["intermediate_size"]  # w1, w3: [I, H]; w2: [H, I]
+        return 3 * h * int(c["intermediate_size"])  # w1, w3: [I, H]; w2: [H, I]
     if family in ("qwen3", "deepseek"):
-        return 3 * h * c["moe_intermediate_size"]  # gate, up: [I, H]; down: [H, I]
-    i = c["intermediate_size"]  # gpt-oss: gate_up [2I, H] + bias 2I, down [H, I] + bias H
+        return 3 * h * int(c["moe_intermediate_size"])  # gate, up: [I, H]; down: [H, I]
+    i = int(c["intermediate_size"])  # gpt-oss: gate_up [2I, H] + bias 2I, down [H, I] + bias H
     return 2 * i * h + 2 * i + h * i + h
 
 
 def moe_layer_count(family: str, c: dict[str, Any]) -> int:
-    layers = c["num_hidden_layers"]
+    layers = int(c["num_hidden_layers"])
     if family == "deepseek":
         return sum(
             1
@@ -45,7 +46,14 @@ def moe_layer_count(family: str, c: dict[str, Any]) -> int:
     return layers
 
 
-FAMILIES = {
+Family = tuple[
+    Callable[[], dict[str, Any]],  # the config
+    Callable[[dict[str, Any]], mm.Logical],  # the logical tensors
+    Callable[[mm.Logical], q.Spec],  # as stored
+    str,  # the config's key for routed experts
+    tuple[float, float],  # the card's total and active, in billions
+]
+FAMILIES: dict[str, Family] = {
     "mixtral": (mm.mixtral_8x7b, mm.mixtral_logical, dict, "num_local_experts", (46.7, 12.9)),
     "qwen3": (mm.qwen3_30b_a3b, mm.qwen3_moe_logical, dict, "num_experts", (30.5, 3.3)),
     "deepseek": (
