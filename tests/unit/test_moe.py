@@ -12,7 +12,7 @@ import pytest
 
 from remotetensors.index import TensorTable
 from remotetensors.quantization import count_parameters
-from remotetensors.quantization.moe import ACTIVE_CONVENTION, moe_layers
+from remotetensors.quantization.moe import moe_layers
 from tests import moe_models as mm
 from tests import quantized as q
 from tests.unit.test_quantization import infos
@@ -127,7 +127,8 @@ def test_bytes_of_one_expert_and_of_a_layers_experts() -> None:
     summary = result.moe.as_dict()
     assert summary["moe_layers"] == 58
     assert summary["shared_experts"] == 1
-    assert summary["active_convention"] == ACTIVE_CONVENTION
+    assert result.active is not None
+    assert summary["inactive_parameters"] == result.total - result.active
     _, _, oss, _, _ = build("gpt-oss")
     result = count_parameters(infos(oss), gpt_oss := mm.gpt_oss_20b())
     assert result.moe is not None

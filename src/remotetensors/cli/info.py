@@ -19,6 +19,7 @@ def add_arguments(sub: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..views.display import describe_lines
+    from ..views.reports import active_words
 
     with opened(args) as model:
         files: dict[str, dict[str, Any]] = {
@@ -38,12 +39,19 @@ def run(args: argparse.Namespace) -> int:
             "tensors": len(model.tensors),
             "dtypes": dtypes,
             "parameters": model.num_parameters,
+            "active_parameters": model.num_active_parameters,
             "bytes": model.nbytes,
             "metadata": shown_metadata(
                 next(iter(files.values()))["format"], model.metadata, model.tensors
             ),
             "unmapped": list(model.index.unmapped),
         }
+        moe = model.true_count.moe
+        active = active_words(
+            result["active_parameters"],
+            model.true_count.active_exact,
+            moe.as_dict() if moe is not None else None,
+        )
     if args.json:
         print(json.dumps(result))
         return 0
@@ -52,6 +60,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"  format:     {', '.join(str(f) for f in formats)}")
     print(f"  tensors:    {result['tensors']} ({', '.join(dtypes)})")
     print(f"  parameters: {human_count(result['parameters'])} ({result['parameters']:,})")
+    if active is not None:
+        print(f"  active:     {active}")
     print(f"  data:       {human_bytes(result['bytes'])}")
     if "gguf" in formats and result["metadata"]:
         print(describe_lines(result["metadata"], result["parameters"], result["bytes"]))

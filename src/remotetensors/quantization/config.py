@@ -25,6 +25,7 @@ KNOWN_METHODS = frozenset(
         "mxfp4",
         "mlx",
         "modelopt",
+        "gguf",
     }
 )
 """Methods whose layouts are understood (``quant_method`` as configs write it, lowercase)."""
@@ -168,6 +169,8 @@ def _bits_group_format(
         bits, group = 8, None
     elif method == "mxfp4":
         bits, group = 4, 32
+    elif method == "gguf":  # llama.cpp's file type (Q4_K_M): mixed block types, no one width
+        fmt = str(block["format"]) if "format" in block else None
     elif method == "modelopt":
         algo = str(block.get("quant_algo", "")).lower()
         fmt = algo or None

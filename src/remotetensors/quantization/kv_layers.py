@@ -18,14 +18,18 @@ Configs say it in their own words:
 
 When a config shows layers of another kind (state-space keys, a chunk size) without saying which
 layers they are, every layer is counted as attending over the whole context: the estimate is
-then an upper bound, and :attr:`Layers.bound` says why.
+then an upper bound, and :attr:`Layers.bound` says why. A config translated from another format
+(:mod:`.gguf`) may say so itself, under :data:`KV_BOUND_KEY`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
+
+KV_BOUND_KEY = "kv_cache_bound"
+"""A translated config's own reason why its layers' kinds give only an upper bound."""
 
 _FULL = {"attention", "full_attention", "global_attention", "global", "full"}
 _SLIDING = {"sliding_attention", "sliding_window_attention", "local_attention", "sliding", "local"}
@@ -80,6 +84,14 @@ def positive_int(config: Mapping[str, Any], *keys: str) -> int | None:
 
 def layer_kinds(config: Mapping[str, Any], layers: int) -> Layers:
     """How each of ``layers`` layers keeps its cache, from a (text) config."""
+    kinds = _layer_kinds(config, layers)
+    bound = config.get(KV_BOUND_KEY)
+    if isinstance(bound, str) and kinds.bound is None:
+        kinds = replace(kinds, bound=bound)
+    return kinds
+
+
+def _layer_kinds(config: Mapping[str, Any], layers: int) -> Layers:
     window = positive_int(config, "sliding_window")
     chunk = positive_int(config, "attention_chunk_size")
     for key in ("layer_types", "layers_block_type"):

@@ -26,6 +26,7 @@ from .config import (
     describe_quantization,
     int_or_none,
 )
+from .gguf import GGUF_METHOD
 from .moe import find_experts
 from .targets import group_for
 from .values import AUXILIARY, WEIGHT, LogicalTensors, ParameterCount, Quantization, RawLogical
@@ -603,9 +604,16 @@ def count_parameters(
         config_location=config_location,
         quantization_config_location=quantization_config_location,
     )
-    if quantization is None and isinstance(tensors, TensorTable) and _plainly_stored(tensors):
-        plain = _plain_count(tensors, declared_total(metadata), problems)
-        return _with_experts(plain, tensors, None, config, config_location)
+    # GGUF dims count values, not blocks: every tensor is its elements, whatever its type.
+    gguf = quantization is not None and quantization.method == GGUF_METHOD
+    if gguf and quantization is not None:  # the file type, not a block of a config, says it
+        quantization = replace(quantization, source=f"{config_location}: general.file_type")
+    if gguf or (
+        quantization is None and isinstance(tensors, TensorTable) and _plainly_stored(tensors)
+    ):
+        table = TensorTable.of(tensors)
+        plain = _plain_count(table, declared_total(metadata), problems, quantization)
+        return _with_experts(plain, table, None, config, config_location)
     source = quantization.source if quantization is not None else config_location
     counter = _Counter(tensors, quantization, logical_shapes or {}, source)
     counter.run()
@@ -682,16 +690,20 @@ class _StoredAsIs(Mapping[str, RawLogical]):
 
 
 def _plain_count(
-    tensors: TensorTable, declared: int | None, problems: tuple[str, ...]
+    tensors: TensorTable,
+    declared: int | None,
+    problems: tuple[str, ...],
+    quantization: Quantization | None = None,
 ) -> ParameterCount:
-    """:func:`count_parameters` for a model that :func:`_plainly_stored` cleared: the same
-    result the layout pass gives it."""
+    """:func:`count_parameters` for a model that :func:`_plainly_stored` cleared (the same
+    result the layout pass gives it), or for a GGUF model (``quantization`` names its file
+    type): every tensor a weight of its stored size."""
     total = tensors.num_parameters
     return ParameterCount(
         total=total,
         exact=True,
         stored_total=total,
-        quantization=None,
+        quantization=quantization,
         tensors=LogicalTensors(_StoredAsIs(tensors)),
         declared_total=declared,
         problems=tuple(dict.fromkeys(problems)),

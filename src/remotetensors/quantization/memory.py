@@ -1,7 +1,9 @@
 """How much memory a model needs to serve: its weights as stored, and its KV cache. Pure.
 
 The weights' bytes are exact: the sum of the tensors' data as the headers describe it (packed
-weights at their packed size, scales included), which is what an inference engine loads.
+weights at their packed size, scales included), which is what an inference engine loads. For a
+mixture of experts, the bytes of one routed expert and of one layer's routed experts are given
+too (what expert-parallel serving spreads over devices).
 
 The KV cache grows with the context. Per sequence and token, each attention layer keeps:
 
@@ -24,11 +26,14 @@ A config that lacks what the formula needs gives the weights and says why the ca
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
 
 from .config import text_config
 from .kv_layers import layer_kinds, positive_int
+
+if TYPE_CHECKING:
+    from .moe import MixtureOfExperts
 
 KV_DTYPE_BITS = {
     "F32": 32,
@@ -105,6 +110,7 @@ class MemoryEstimate:
         kv_cache_unknown: why the cache could not be estimated, else ``None``.
         kv_cache_bound: why ``kv_cache_bytes`` is only an upper bound (the config does not say
             which layers attend), else ``None``.
+        moe: the mixture of experts whose bytes :meth:`as_dict` gives, or ``None``.
     """
 
     weights_bytes: int
@@ -120,6 +126,7 @@ class MemoryEstimate:
     constant_layers: int = 0
     kv_cache_unknown: str | None = None
     kv_cache_bound: str | None = None
+    moe: MixtureOfExperts | None = None
 
     @property
     def total_bytes(self) -> int:
@@ -143,7 +150,20 @@ class MemoryEstimate:
             "constant_layers": self.constant_layers,
             "kv_cache_unknown": self.kv_cache_unknown,
             "kv_cache_bound": self.kv_cache_bound,
+            "experts": None if self.moe is None else _experts_dict(self.moe),
         }
+
+
+def _experts_dict(moe: MixtureOfExperts) -> dict[str, Any]:
+    """The experts' counts and bytes, for ``memory --json``."""
+    return {
+        "experts": moe.experts,
+        "experts_per_token": moe.experts_per_token,
+        "shared_experts": moe.shared_experts,
+        "moe_layers": len(moe.layers),
+        "expert_bytes": moe.expert_bytes,
+        "layer_experts_bytes": moe.layer_experts_bytes,
+    }
 
 
 def _auto_kv_dtype(config: Mapping[str, Any]) -> str | None:
@@ -169,6 +189,7 @@ def estimate_memory(
     context: int | None = None,
     batch: int = 1,
     kv_dtype: str | None = None,
+    experts: MixtureOfExperts | None = None,
 ) -> MemoryEstimate:
     """Weights and KV-cache bytes for ``batch`` sequences of ``context`` tokens.
 
@@ -179,10 +200,23 @@ def estimate_memory(
         batch: sequences held at once.
         kv_dtype: ``"bf16"``, ``"fp8"``, ``"F8_E4M3"``, …; ``None`` or ``"auto"`` takes the
             config's ``kv_cache_scheme`` or its ``torch_dtype``.
+        experts: the model's mixture of experts (:attr:`ParameterCount.moe`), whose bytes per
+            expert and per layer the estimate carries.
 
     Raises:
         ValueError: a negative context or batch, or an unknown ``kv_dtype``.
     """
+    estimate = _estimate(config, weights_bytes, context, batch, kv_dtype)
+    return estimate if experts is None else replace(estimate, moe=experts)
+
+
+def _estimate(
+    config: Mapping[str, Any] | None,
+    weights_bytes: int,
+    context: int | None,
+    batch: int,
+    kv_dtype: str | None,
+) -> MemoryEstimate:
     if batch < 1:
         raise ValueError(f"batch must be at least 1, got {batch}")
     if context is not None and context < 0:
@@ -231,7 +265,8 @@ def estimate_memory(
             if hidden is None:
                 return unknown("the config gives neither head_dim nor hidden_size", kv_dtype=dtype)
             head_dim = hidden // heads
-        per_layer = 2 * kv_heads * head_dim
+        # Keys and values may differ in width (GGUF's key_length and value_length).
+        per_layer = kv_heads * (head_dim + (positive_int(cfg, "v_head_dim") or head_dim))
         attention = "mqa" if kv_heads == 1 else ("mha" if kv_heads == heads else "gqa")
     kinds = layer_kinds(cfg, layers)
     bits = KV_DTYPE_BITS[dtype]

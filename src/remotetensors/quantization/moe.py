@@ -160,7 +160,6 @@ class MixtureOfExperts:
             "expert_bytes": self.expert_bytes,
             "layer_experts_bytes": self.layer_experts_bytes,
             "inactive_parameters": self.inactive,
-            "active_convention": ACTIVE_CONVENTION,
         }
 
 

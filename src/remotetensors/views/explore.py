@@ -46,10 +46,13 @@ def model_tree(model: AsyncModel) -> Tree:
 
 
 def _summary(model: AsyncModel) -> list[str]:
-    from .reports import declared_words, quantization_words
+    from .reports import active_words, declared_words, quantization_words
 
     count = model.true_count
     lines = []
+    if count.moe is not None:
+        active = active_words(count.active, count.active_exact, count.moe.as_dict())
+        lines.append(f"mixture of experts: {active}")
     if count.quantization is not None:
         lines.append(f"quantized: {quantization_words(count.quantization.as_dict())}")
     if not count.exact:
