@@ -33,7 +33,7 @@ from .config import text_config
 from .kv_layers import layer_kinds, positive_int
 
 if TYPE_CHECKING:
-    from .moe import MixtureOfExperts
+    from .values import MixtureOfExperts
 
 KV_DTYPE_BITS = {
     "F32": 32,

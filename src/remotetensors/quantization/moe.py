@@ -1,9 +1,10 @@
 """Mixtures of experts: the routed experts in the tensors, how many a token uses, and the
 parameters active per token. Pure.
 
-The active count follows one convention (:data:`ACTIVE_CONVENTION`): the total minus, for each
-MoE layer, (routed experts - experts used per token) x the parameters of one routed expert.
-Embeddings, the head, attention, routers and shared experts all count as active. This gives
+The active count follows one convention (:data:`.values.ACTIVE_CONVENTION`): the total
+minus, for each MoE layer, (routed experts - experts used per token) x the parameters of one
+routed expert. Embeddings, the head, attention, routers and shared experts all count as
+active. This gives
 Mixtral's and Qwen's published figures; gpt-oss's card leaves the input embedding out of its
 active figure, so ours is larger by the embedding.
 
@@ -32,23 +33,15 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .config import text_config
 from .kv_layers import positive_int
-from .values import WEIGHT
+from .values import ACTIVE_CONVENTION, WEIGHT, ExpertLayer, MixtureOfExperts
 
 if TYPE_CHECKING:
     from ..index import TensorInfo
     from .values import RawLogical
-
-ACTIVE_CONVENTION = (
-    "active = total - sum over MoE layers of (routed experts - experts used per token) x the "
-    "parameters of one routed expert; embeddings, head, attention, routers and shared experts "
-    "count as active"
-)
-"""How :attr:`MixtureOfExperts.inactive` is counted; stated in ``params --json`` too."""
 
 ROUTED_KEYS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts")
 """Config keys for the routed experts of a MoE layer, in the order they are tried."""
@@ -63,104 +56,6 @@ _FUSED = re.compile(r"((?:.*\.)?experts)\.(?!\d+\.)[^.]")
 _GGUF = re.compile(r"(.*)\.ffn_\w+_exps\.")
 _SHARED = re.compile(r"(?:^|\.)shared_experts?\.|_shexp\.")
 _LAYER = re.compile(r"(?:^|\.)(\d+)(?=\.|$)")
-
-
-@dataclass(frozen=True, slots=True)
-class ExpertLayer:
-    """The routed experts of one MoE layer.
-
-    Attributes:
-        name: the experts' container (``model.layers.3.mlp.experts``, GGUF's ``blk.3``).
-        layer: the layer's number (the last number in ``name``), or ``None``.
-        experts: routed experts stored (numbered modules found, or the config's count when
-            they are fused).
-        parameters: parameters of all of them (logical: packed weights unpacked).
-        nbytes: their bytes as stored, quantization scales included.
-    """
-
-    name: str
-    layer: int | None
-    experts: int
-    parameters: int
-    nbytes: int
-
-    @property
-    def expert_parameters(self) -> int:
-        """Parameters of one routed expert (rounded down when they do not divide evenly)."""
-        return self.parameters // self.experts
-
-    @property
-    def expert_bytes(self) -> int:
-        """Bytes of one routed expert as stored (rounded up)."""
-        return -(-self.nbytes // self.experts)
-
-    @property
-    def even(self) -> bool:
-        """Whether the parameters divide evenly among the experts."""
-        return self.parameters % self.experts == 0
-
-
-@dataclass(frozen=True, slots=True)
-class MixtureOfExperts:
-    """A model's mixture of experts.
-
-    Attributes:
-        experts: routed experts per MoE layer (the config's count; the tensors' when it has
-            none).
-        experts_per_token: experts each token is routed to; ``None`` when the config does not
-            say (the active count is then unknown).
-        shared_experts: experts every token uses, per MoE layer (counted as active).
-        layers: the MoE layers, in the tensors' order.
-    """
-
-    experts: int
-    experts_per_token: int | None
-    shared_experts: int
-    layers: tuple[ExpertLayer, ...]
-
-    @property
-    def inactive(self) -> int | None:
-        """Parameters a token does not use: the sum over MoE layers of (experts - used) x one
-        expert's parameters; ``None`` when the config does not say how many are used."""
-        k = self.experts_per_token
-        if k is None:
-            return None
-        return sum(max(layer.experts - k, 0) * layer.expert_parameters for layer in self.layers)
-
-    @property
-    def exact(self) -> bool:
-        """Whether every layer's parameters divide evenly among its experts and the config
-        says how many a token uses."""
-        return self.experts_per_token is not None and all(layer.even for layer in self.layers)
-
-    @property
-    def expert_parameters(self) -> int:
-        """Parameters of one routed expert, in the layer where it is largest."""
-        return max(layer.expert_parameters for layer in self.layers)
-
-    @property
-    def expert_bytes(self) -> int:
-        """Bytes of one routed expert as stored, in the layer where it is largest."""
-        return max(layer.expert_bytes for layer in self.layers)
-
-    @property
-    def layer_experts_bytes(self) -> int:
-        """Bytes of one layer's routed experts as stored, in the largest such layer: what an
-        expert-parallel server spreads over its devices, layer by layer."""
-        return max(layer.nbytes for layer in self.layers)
-
-    def as_dict(self) -> dict[str, Any]:
-        """A JSON-ready summary (layers summarised, not listed)."""
-        return {
-            "experts": self.experts,
-            "experts_per_token": self.experts_per_token,
-            "shared_experts": self.shared_experts,
-            "moe_layers": len(self.layers),
-            "expert_parameters": self.expert_parameters,
-            "expert_bytes": self.expert_bytes,
-            "layer_experts_bytes": self.layer_experts_bytes,
-            "inactive_parameters": self.inactive,
-        }
 
 
 def _container(name: str) -> tuple[str, int | None] | None:
@@ -350,3 +245,14 @@ def _ranges(numbers: set[int]) -> str:
         if n is not None:
             start = previous = n
     return ", ".join(parts)
+
+
+__all__ = [
+    "ACTIVE_CONVENTION",
+    "PER_TOKEN_KEYS",
+    "ROUTED_KEYS",
+    "ExpertLayer",
+    "MixtureOfExperts",
+    "find_experts",
+    "moe_layers",
+]
