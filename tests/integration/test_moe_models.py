@@ -86,7 +86,8 @@ def test_params_info_and_memory_on_the_command_line(
     assert f"active per token ({active:,}): {used} of {routed} routed experts in" in text
     info = json.loads(run(capsys, "info", str(folder), "--json"))
     assert info["active_parameters"] == active
-    assert "active:     " in run(capsys, "info", str(folder))
+    shown = f"active:     {active / 1e9:.1f}B per token ({active:,}): {used} of {routed}"
+    assert shown in run(capsys, "info", str(folder))
     memory = json.loads(run(capsys, "memory", str(folder), "--context", "1024", "--json"))
     assert memory["active_parameters"] == active
     layer = [n for n in spec if n.startswith("model.layers.0.") and ".experts." in n]
@@ -94,7 +95,9 @@ def test_params_info_and_memory_on_the_command_line(
     if family == "mixtral":  # one expert: three BF16 matrices of hidden x intermediate
         one = 3 * config["hidden_size"] * config["intermediate_size"] * 2
         assert memory["experts"]["expert_bytes"] == one
-    assert "one routed expert" in run(capsys, "memory", str(folder), "--context", "1024")
+    text = run(capsys, "memory", str(folder), "--context", "1024")
+    assert f"({active / 1e9:.1f}B active per token;" in text
+    assert f"per layer's {routed} experts, in {config['num_hidden_layers']} MoE layer(s)" in text
 
 
 def test_a_dense_model_reports_active_equal_to_total(

@@ -51,6 +51,7 @@ def run(args: argparse.Namespace) -> int:
             result["active_parameters"],
             model.true_count.active_exact,
             moe.as_dict() if moe is not None else None,
+            phrase="per token",
         )
     if args.json:
         print(json.dumps(result))

@@ -72,9 +72,16 @@ def _moe_summary(count: ParameterCount) -> dict[str, Any] | None:
     return count.moe.as_dict() if count.moe is not None else None
 
 
-def active_words(active: int | None, exact: bool, moe: Mapping[str, Any] | None) -> str | None:
-    """``"12.9B active per token (12,879,925,248): 2 of 8 routed experts in 32 MoE layers"``;
-    None for a dense model (all of it is active)."""
+def active_words(
+    active: int | None,
+    exact: bool,
+    moe: Mapping[str, Any] | None,
+    *,
+    phrase: str = "active per token",
+) -> str | None:
+    """``"12.9B active per token (12,879,925,248): 2 of 8 routed experts in 32 MoE layers"``
+    (``phrase`` between the count and its digits); None for a dense model (all of it is
+    active)."""
     if moe is None:
         return None
     experts = (
@@ -86,9 +93,9 @@ def active_words(active: int | None, exact: bool, moe: Mapping[str, Any] | None)
         experts += f" and {moe['shared_experts']} shared"
     where = f"{experts} in {moe['moe_layers']} MoE layer(s)"
     if active is None:
-        return f"active per token: unknown (the config does not say how many experts); {where}"
+        return f"{phrase}: unknown (the config does not say how many experts); {where}"
     bound = "" if exact else ", not exact"
-    return f"{human_count(active)} active per token ({active:,}{bound}): {where}"
+    return f"{human_count(active)} {phrase} ({active:,}{bound}): {where}"
 
 
 def params_report(model: Model) -> dict[str, Any]:
@@ -187,6 +194,9 @@ def memory_report(
 def memory_text(report: dict[str, Any]) -> list[str]:
     """The human form of :func:`memory_report`."""
     how = quantization_words(report["quantization"])
+    active = report.get("active_parameters")
+    if active is not None and active != report["parameters"]:
+        how = f"{human_count(active)} active per token; {how}"
     lines = [
         f"{report['location']}: {human_count(report['parameters'])} parameters ({how})",
         f"  weights   {human_bytes(report['weights_bytes']):>10}  as stored",
