@@ -237,3 +237,44 @@ def test_what_the_config_says_against_the_tensors() -> None:
     result = count_parameters(infos(spec), None)
     assert result.active is None
     assert result.total == total
+
+
+def test_experts_the_config_describes_but_no_tensor_names_are_an_unknown_active_count() -> None:
+    # Granite-MoE stores its experts fused as ``block_sparse_moe.input_linear``: a name we do
+    # not read as experts. The active count is unknown, and said so, never the total.
+    h, i, e = 64, 32, 4
+    spec: q.Spec = {"model.embed_tokens.weight": ("BF16", (100, h))}
+    for layer in range(2):
+        p = f"model.layers.{layer}.block_sparse_moe"
+        spec[f"{p}.router.layer.weight"] = ("BF16", (e, h))
+        spec[f"{p}.input_linear.weight"] = ("BF16", (e, 2 * i, h))
+        spec[f"{p}.output_linear.weight"] = ("BF16", (e, h, i))
+    config = {"model_type": "granitemoe", "num_local_experts": e, "num_experts_per_tok": 2}
+    for tensors in (infos(spec), TensorTable.of(infos(spec))):
+        result = count_parameters(tensors, config)
+        assert result.total == sum(math.prod(s) for _, s in spec.values())
+        assert result.exact
+        assert result.active is None
+        assert not result.active_exact
+        assert len(result.problems) == 1
+        assert "no tensor is named as a routed expert" in result.problems[0]
+    config["num_experts_per_tok"] = e  # every expert used: nothing is inactive
+    assert count_parameters(infos(spec), config).active == result.total
+
+
+def test_the_active_line_says_why_it_is_unknown() -> None:
+    from remotetensors.views.reports import active_words
+
+    moe = {"experts": 8, "experts_per_token": None, "shared_experts": 0, "moe_layers": 4}
+    assert active_words(None, False, moe) == (
+        "active per token: unknown (the config does not say how many experts a token uses); "
+        "8 routed experts in 4 MoE layer(s)"
+    )
+    moe.update(experts_per_token=2, moe_layers=0)
+    assert "unknown (no tensor is named as a routed expert)" in str(active_words(None, False, moe))
+    moe.update(moe_layers=4, shared_experts=1)
+    assert active_words(3_500_000, False, moe) == (
+        "3.5M active per token (3,500,000, not exact): 2 of 8 routed experts and 1 shared in "
+        "4 MoE layer(s)"
+    )
+    assert active_words(10, True, None) is None

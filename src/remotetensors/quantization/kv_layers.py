@@ -31,7 +31,8 @@ from typing import Any
 KV_BOUND_KEY = "kv_cache_bound"
 """A translated config's own reason why its layers' kinds give only an upper bound."""
 
-_FULL = {"attention", "full_attention", "global_attention", "global", "full"}
+# Zamba2's "hybrid" blocks run a shared attention block beside their Mamba layer.
+_FULL = {"attention", "full_attention", "global_attention", "global", "full", "hybrid"}
 _SLIDING = {"sliding_attention", "sliding_window_attention", "local_attention", "sliding", "local"}
 _CHUNKED = {"chunked_attention"}
 # Nemotron-H's pattern: attention, Mamba-2, and layers that keep nothing (MLP, MoE).

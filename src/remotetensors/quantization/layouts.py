@@ -640,13 +640,15 @@ def _with_experts(
     config: Mapping[str, Any] | None,
     source: str,
 ) -> ParameterCount:
-    """``count`` with its mixture of experts, when the tensors hold routed experts."""
+    """``count`` with its mixture of experts, when the tensors hold routed experts (or the
+    config says they should)."""
     fragments = ("experts.", "_exps.")
     if isinstance(tensors, TensorTable) and not any(
         tensors.may_have_name_containing(f) for f in fragments
     ):
-        return count  # a dense model: no name to look at
-    names = [n for n in tensors if "experts." in n or "_exps." in n]
+        names = []  # no name to look at: only the config may say more
+    else:
+        names = [n for n in tensors if "experts." in n or "_exps." in n]
     moe, problems = find_experts(names, tensors, logical, config, source=source)
     if moe is None and not problems:
         return count

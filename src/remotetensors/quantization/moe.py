@@ -120,11 +120,11 @@ def find_experts(
         else:
             role, parameters, *_ = logical[name]
             layer["parameters"] += parameters if role == WEIGHT else 0
-    if not found:
-        return None, ()
     cfg = text_config(config) if config is not None else {}
     configured = positive_int(cfg, *ROUTED_KEYS)
     per_token = positive_int(cfg, *PER_TOKEN_KEYS)
+    if not found:
+        return _unrecognised(configured, per_token, source)
     problems: list[str] = []
     layers = []
     for container, seen in found.items():
@@ -148,6 +148,22 @@ def find_experts(
     shared_count = positive_int(cfg, "n_shared_experts") or (1 if shared else 0)
     moe = MixtureOfExperts(configured or layers[0].experts, per_token, shared_count, tuple(layers))
     return moe, tuple(problems)
+
+
+def _unrecognised(
+    configured: int | None, per_token: int | None, source: str
+) -> tuple[MixtureOfExperts | None, tuple[str, ...]]:
+    """No tensor is named as a routed expert: a dense model, unless the config says it routes
+    tokens to some of several experts (stored under names we do not know, such as Granite's
+    ``block_sparse_moe.input_linear``): then the active count is unknown, and said so."""
+    if configured is None or per_token is None or per_token >= configured:
+        return None, ()
+    problem = (
+        f"{source}: says {per_token} of {configured} routed experts per token, but no tensor is "
+        "named as a routed expert (….experts.<n>.…, ….experts.<tensor>, GGUF's _exps); "
+        "the active count is unknown"
+    )
+    return MixtureOfExperts(configured, per_token, 0, ()), (problem,)
 
 
 def _check(

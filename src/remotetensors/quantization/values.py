@@ -168,7 +168,8 @@ class MixtureOfExperts:
         experts_per_token: experts each token is routed to; ``None`` when the config does not
             say (the active count is then unknown).
         shared_experts: experts every token uses, per MoE layer (counted as active).
-        layers: the MoE layers, in the tensors' order.
+        layers: the MoE layers, in the tensors' order; empty when the config describes
+            routed experts but no tensor is named as one (the active count is then unknown).
     """
 
     experts: int
@@ -179,9 +180,10 @@ class MixtureOfExperts:
     @property
     def inactive(self) -> int | None:
         """Parameters a token does not use: the sum over MoE layers of (experts - used) x one
-        expert's parameters; ``None`` when the config does not say how many are used."""
+        expert's parameters; ``None`` when the config does not say how many are used, or when
+        no tensor was recognised as a routed expert."""
         k = self.experts_per_token
-        if k is None:
+        if k is None or not self.layers:
             return None
         return sum(max(layer.experts - k, 0) * layer.expert_parameters for layer in self.layers)
 
@@ -189,23 +191,27 @@ class MixtureOfExperts:
     def exact(self) -> bool:
         """Whether every layer's parameters divide evenly among its experts and the config
         says how many a token uses."""
-        return self.experts_per_token is not None and all(layer.even for layer in self.layers)
+        return (
+            self.experts_per_token is not None
+            and bool(self.layers)
+            and all(layer.even for layer in self.layers)
+        )
 
     @property
     def expert_parameters(self) -> int:
         """Parameters of one routed expert, in the layer where it is largest."""
-        return max(layer.expert_parameters for layer in self.layers)
+        return max((layer.expert_parameters for layer in self.layers), default=0)
 
     @property
     def expert_bytes(self) -> int:
         """Bytes of one routed expert as stored, in the layer where it is largest."""
-        return max(layer.expert_bytes for layer in self.layers)
+        return max((layer.expert_bytes for layer in self.layers), default=0)
 
     @property
     def layer_experts_bytes(self) -> int:
         """Bytes of one layer's routed experts as stored, in the largest such layer: what an
         expert-parallel server spreads over its devices, layer by layer."""
-        return max(layer.nbytes for layer in self.layers)
+        return max((layer.nbytes for layer in self.layers), default=0)
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready summary (layers summarised, not listed)."""

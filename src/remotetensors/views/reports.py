@@ -93,7 +93,12 @@ def active_words(
         experts += f" and {moe['shared_experts']} shared"
     where = f"{experts} in {moe['moe_layers']} MoE layer(s)"
     if active is None:
-        return f"{phrase}: unknown (the config does not say how many experts); {where}"
+        why = (
+            "no tensor is named as a routed expert"
+            if not moe["moe_layers"]
+            else "the config does not say how many experts a token uses"
+        )
+        return f"{phrase}: unknown ({why}); {where}"
     bound = "" if exact else ", not exact"
     return f"{human_count(active)} {phrase} ({active:,}{bound}): {where}"
 
