@@ -278,3 +278,26 @@ def test_the_active_line_says_why_it_is_unknown() -> None:
         "4 MoE layer(s)"
     )
     assert active_words(10, True, None) is None
+
+
+@pytest.mark.parametrize("family", ["mixtral", "qwen3"])
+def test_active_equals_what_hf_mem_finds_for_numbered_experts(family: str) -> None:
+    # hf-mem 0.5.6 (--experimental) splits a model into a base and numbered experts, each
+    # summed over the layers; base + used x one expert is then the active count. It only reads
+    # experts numbered in their names, so the BF16 families are where it can answer.
+    from hf_mem.safetensors.metadata import parse_moe_metadata
+
+    config, _, spec, total, active = build(family)
+    header = {n: {"dtype": d, "shape": list(s)} for n, (d, s) in spec.items()}
+    theirs = parse_moe_metadata({"model.safetensors": header}, config)
+    assert theirs is not None
+    assert theirs.active_expert_count is not None
+    their_active = (
+        theirs.base_model.param_count
+        + theirs.active_expert_count * theirs.expert_template.param_count
+    )
+    ours = count_parameters(infos(spec), config)
+    assert (ours.total, ours.active) == (total, active)
+    assert ours.active == their_active
+    assert ours.moe is not None
+    assert ours.moe.experts == theirs.expert_count
