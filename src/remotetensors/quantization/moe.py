@@ -31,10 +31,12 @@ checked against the config's own keys (DeepSeek's ``first_k_dense_replace`` and
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from ..index import TensorTable
 from .config import text_config
 from .kv_layers import positive_int
 from .values import ACTIVE_CONVENTION, WEIGHT, ExpertLayer, MixtureOfExperts
@@ -48,27 +50,35 @@ ROUTED_KEYS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_
 PER_TOKEN_KEYS = ("num_experts_per_tok", "experts_per_token", "moe_top_k")
 """Config keys for the experts each token is routed to."""
 
-# One module per expert: the container (``….experts``) and the expert's number.
-_PER_EXPERT = re.compile(r"((?:.*\.)?experts)\.(\d+)\.")
-# Fused per layer: the container and a tensor that is not an expert's number.
-_FUSED = re.compile(r"((?:.*\.)?experts)\.(?!\d+\.)[^.]")
-# GGUF: ``blk.<n>.ffn_gate_exps.weight``; the block is the container.
-_GGUF = re.compile(r"(.*)\.ffn_\w+_exps\.")
-_SHARED = re.compile(r"(?:^|\.)shared_experts?\.|_shexp\.")
 _LAYER = re.compile(r"(?:^|\.)(\d+)(?=\.|$)")
+
+
+def _is_shared(name: str) -> bool:
+    return "shared_expert" in name or "_shexp." in name
 
 
 def _container(name: str) -> tuple[str, int | None] | None:
     """(the experts' container, the expert's number for one module per expert) of a routed
-    expert's tensor, or None for any other tensor."""
-    if _SHARED.search(name):
+    expert's tensor, or None for any other tensor.
+
+    String searches, not regular expressions: a DeepSeek-V3 checkpoint has 90,000 tensor
+    names, nearly all of them experts'.
+    """
+    if _is_shared(name):
         return None
-    match = _PER_EXPERT.match(name)
-    if match is not None:
-        return match.group(1), int(match.group(2))
-    match = _FUSED.match(name) or _GGUF.match(name)
-    if match is not None:
-        return match.group(1), None
+    at = name.find("experts.")
+    while at > 0 and name[at - 1] != ".":  # "local_experts." is another module's name
+        at = name.find("experts.", at + 1)
+    if at >= 0:
+        container, rest = name[: at + 7], name[at + 8 :]
+        head, dot, _ = rest.partition(".")
+        if dot and head.isascii() and head.isdigit():  # ….experts.<e>.…: one module each
+            return container, int(head)
+        return (container, None) if rest else None  # ….experts.<tensor>: fused
+    end = name.find("_exps.")  # GGUF: blk.<n>.ffn_gate_exps.weight
+    if end > 0:
+        start = name.rfind(".", 0, end)
+        return (name[:start], None) if start > 0 else None
     return None
 
 
@@ -100,23 +110,34 @@ def find_experts(
     """
     found: dict[str, dict[str, Any]] = {}
     shared = False
+    # A table's rows give shapes and offsets without building a TensorInfo per tensor.
+    rows = tensors.rows() if isinstance(tensors, TensorTable) else None
     for name in names:
         where = _container(name)
         if where is None:
-            shared = shared or bool(_SHARED.search(name))
+            shared = shared or _is_shared(name)
             continue
         container, expert = where
-        layer = found.setdefault(
-            container, {"numbers": set(), "firsts": set(), "parameters": 0, "nbytes": 0}
-        )
-        info = tensors[name]
+        layer = found.get(container)
+        if layer is None:
+            layer = found[container] = {
+                "numbers": set(),
+                "firsts": set(),
+                "parameters": 0,
+                "nbytes": 0,
+            }
+        if rows is not None:
+            _, shape, start, end, _ = rows[name]
+        else:
+            info = tensors[name]
+            shape, start, end = info.shape, info.start, info.end
         if expert is not None:
             layer["numbers"].add(expert)
-        elif len(info.shape) >= 2:
-            layer["firsts"].add(info.shape[0])
-        layer["nbytes"] += info.nbytes
+        elif len(shape) >= 2:
+            layer["firsts"].add(shape[0])
+        layer["nbytes"] += end - start
         if logical is None:
-            layer["parameters"] += info.num_elements
+            layer["parameters"] += math.prod(shape)
         else:
             role, parameters, *_ = logical[name]
             layer["parameters"] += parameters if role == WEIGHT else 0
