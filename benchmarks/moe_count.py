@@ -15,6 +15,8 @@ in rounds that alternate the tools:
   the experts used per token times one expert (it prints those parts, not one active number).
 
 Prints the answers beside the published figures, and the median wall and CPU time of each tool.
+Then what the MoE pass costs inside the count: the median CPU time of ``count_parameters`` over
+each model's tensors (headers already parsed), and of ``find_experts`` alone within it.
 """
 
 from __future__ import annotations
@@ -38,9 +40,13 @@ from hf_mem.safetensors.metadata import (  # noqa: E402
 )
 from run import machine, table  # noqa: E402
 from tests import moe_models as mm  # noqa: E402
+from tests.quantized import Spec  # noqa: E402
 from tests.unit.test_moe import FAMILIES, build  # noqa: E402
 
 import remotetensors as rt  # noqa: E402
+from remotetensors.index import Row, TensorTable  # noqa: E402
+from remotetensors.quantization import count_parameters  # noqa: E402
+from remotetensors.quantization.moe import find_experts  # noqa: E402
 
 SHARDS = {"mixtral": 19, "qwen3": 16, "deepseek": 163, "gpt-oss": 3}
 """Shards of each published checkpoint."""
@@ -76,6 +82,33 @@ def timed(fn: Any, folder: Path) -> tuple[float, float, tuple[int, int | None]]:
     started, cpu = time.perf_counter(), time.process_time()
     answer = fn(folder)
     return time.perf_counter() - started, time.process_time() - cpu, answer
+
+
+def table_of(spec: Spec) -> TensorTable:
+    """The tensors as a fresh table (offsets laid out one after another), as a header gives."""
+    rows: dict[str, Row] = {}
+    offset = 0
+    for name, (dtype, shape) in spec.items():
+        size = mm.nbytes(spec, [name])
+        rows[name] = (dtype, shape, offset, offset + size, None)
+        offset += size
+    return TensorTable(rows)
+
+
+def pass_cost(spec: Spec, config: dict[str, Any], repeat: int) -> tuple[float, float]:
+    """Median CPU seconds of the whole count and of the MoE pass alone."""
+    whole, moe = [], []
+    for _ in range(repeat):
+        table = table_of(spec)
+        started = time.process_time()
+        count = count_parameters(table, config)
+        whole.append(time.process_time() - started)
+        names = [n for n in table if "experts." in n]
+        raw = None if count.quantization is None else dict(count.tensors.raw_items())
+        started = time.process_time()
+        find_experts(names, table, raw, config)
+        moe.append(time.process_time() - started)
+    return statistics.median(whole), statistics.median(moe)
 
 
 def billions(value: int | None) -> str:
@@ -116,6 +149,13 @@ def main() -> None:
                 )
     headers = ["model", "card", "tool", "total", "active", "equals the oracle", "wall ms", "CPU ms"]
     print(table(headers, rows))
+    costs = []
+    for family in FAMILIES:
+        config, _, spec, _, _ = build(family)
+        whole, moe = pass_cost(spec, config, args.repeat)
+        costs.append([family, f"{len(spec):,}", f"{whole * 1000:.0f}", f"{moe * 1000:.0f}"])
+    print()
+    print(table(["model", "tensors", "count_parameters CPU ms", "of which experts ms"], costs))
 
 
 if __name__ == "__main__":
