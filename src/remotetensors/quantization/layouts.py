@@ -11,10 +11,9 @@ quantized, makes it ``exact=False`` with a problem saying why.
 
 from __future__ import annotations
 
-import functools
 import math
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, cast
 
@@ -28,6 +27,17 @@ from .config import (
 )
 from .gguf import GGUF_METHOD
 from .moe import find_experts
+from .packing import (
+    INT_CONTAINERS,
+    holds,
+    is_awq_gemv_fast,
+    packing_words,
+    ratio,
+    some,
+    stored_shape_bits,
+    unpack,
+)
+from .plain import plain_count, plainly_stored
 from .targets import group_for
 from .values import AUXILIARY, WEIGHT, LogicalTensors, ParameterCount, Quantization, RawLogical
 
@@ -62,10 +72,9 @@ _AUX_LEAVES = frozenset(
     }
 )
 _FLOAT8 = frozenset({"F8_E4M3", "F8_E5M2", "F8_E4M3FNUZ", "F8_E5M2FNUZ"})
-_INT_CONTAINERS = {"I32": 32, "U32": 32, "I16": 16, "U16": 16}
 # Integer dtypes that hold several packed values per element in some method or other: a weight
 # stored in one of them and counted as stored is a guess in a model that says it is quantized.
-_PACKED_INTEGERS = frozenset({*_INT_CONTAINERS, "U8"})
+_PACKED_INTEGERS = frozenset({*INT_CONTAINERS, "U8"})
 # Microscaled fp4 beside its scales: two values per byte, one scale per ``group`` of them.
 _FP4_SCALES = {"F8_E4M3": ("nvfp4", 16), "F8_E8M0": ("mxfp4", 32), "U8": ("mxfp4", 32)}
 
@@ -190,7 +199,7 @@ class _Counter:
             if self.result[name] is not None:
                 continue
             prefix, leaf = _split(name)
-            if leaf == "qweight" and info.dtype in _INT_CONTAINERS:
+            if leaf == "qweight" and info.dtype in INT_CONTAINERS:
                 self.qweight(name, info, prefix)
             elif leaf == "weight_packed":
                 self.weight_packed(name, info, prefix)
@@ -200,10 +209,8 @@ class _Counter:
                 self.layouts.add("bitsandbytes")
                 count = info.num_elements * 2
                 self.weight(name, count, None, "bitsandbytes 4-bit, 2 per U8")
-            elif (
-                leaf == "weight" and info.dtype == "U8" and self.fp4_with_scales(name, info, prefix)
-            ):
-                pass
+            elif leaf == "weight" and info.dtype == "U8" and self.fp4_kind(info, prefix):
+                self.fp4_weight(name, info, prefix)
             elif (
                 leaf == "weight"
                 and info.dtype in ("U32", "I32")
@@ -253,30 +260,35 @@ class _Counter:
             f"{name}.{leaf}" in self.tensors for leaf in ("absmax", "quant_map", "nested_absmax")
         )
 
-    def fp4_with_scales(self, name: str, info: TensorInfo, prefix: str) -> bool:
-        """ModelOpt's NVFP4 (and MXFP4 laid out the same way): ``weight`` U8 ``[out, in/2]``,
-        two fp4 values per byte, beside a ``weight_scale`` of one F8_E4M3 per 16 values (or one
-        E8M0 exponent per 32). Counted and True when ``name`` is such a weight."""
+    def fp4_kind(self, info: TensorInfo, prefix: str) -> str | None:
+        """``"nvfp4"`` for ModelOpt's NVFP4, a ``weight`` U8 ``[out, in/2]`` (two fp4 values per
+        byte) beside a ``weight_scale`` of one F8_E4M3 per 16 values; ``"mxfp4"`` for the same
+        with one E8M0 exponent per 32; None for any other U8 weight."""
         scale = self.sibling(prefix, "weight_scale")
-        if scale is None or scale.dtype not in _FP4_SCALES or len(info.shape) < 1:
-            return False
+        if scale is None or scale.dtype not in _FP4_SCALES or not info.shape:
+            return None
         kind, group = _FP4_SCALES[scale.dtype]
         values = info.shape[-1] * 2
-        if scale.shape != (*info.shape[:-1], values // group) or values % group:
-            return False
-        self.layouts.add(kind)
-        self.weight(name, info.num_elements * 2, (*info.shape[:-1], values), f"{kind}, 2 per U8")
+        if values % group or scale.shape != (*info.shape[:-1], values // group):
+            return None
+        return kind
+
+    def fp4_weight(self, name: str, info: TensorInfo, prefix: str) -> None:
+        """A weight :meth:`fp4_kind` recognised: two values per byte, its scales bookkeeping."""
+        kind = self.fp4_kind(info, prefix)
+        self.layouts.add(str(kind))
+        shape = (*info.shape[:-1], info.shape[-1] * 2)
+        self.weight(name, info.num_elements * 2, shape, f"{kind}, 2 per U8")
         self.aux(f"{prefix}.weight_scale", f"scales of {name}")
-        return True
 
     def qweight(self, name: str, info: TensorInfo, prefix: str) -> None:
         """GPTQ (packed along the input dim) and AWQ (GEMM: along the output dim; GEMV: along
         the input dim, rows by output; GEMV-fast: int16, four outputs interleaved)."""
-        container = _INT_CONTAINERS[info.dtype]
+        container = INT_CONTAINERS[info.dtype]
         scales = self.sibling(prefix, "scales")
         qzeros = self.sibling(prefix, "qzeros")
         g_idx = self.sibling(prefix, "g_idx")
-        if _awq_gemv_fast(info, scales, qzeros):
+        if is_awq_gemv_fast(info, scales, qzeros):
             self.awq_gemv_fast(name, info, prefix, scales)
             return
         configured = self.bits_for(name)
@@ -286,11 +298,11 @@ class _Counter:
             and qzeros is not None
             and scales.shape
             and qzeros.shape
-            and qzeros.dtype in _INT_CONTAINERS
+            and qzeros.dtype in INT_CONTAINERS
         ):
             # Every integer layout packs the zero points as it packs the weights' groups, one
             # zero point per scale: a scale row holds container/bits times a zero-point row.
-            inferred = _ratio(container * qzeros.shape[-1], scales.shape[-1])
+            inferred = ratio(container * qzeros.shape[-1], scales.shape[-1])
         bits = configured or inferred
         if configured is not None and inferred is not None and configured != inferred:
             self.width_mismatch[name] = None
@@ -312,7 +324,7 @@ class _Counter:
             elif scales is not None and len(scales.shape) == 2 and scales.shape[0] == rows:
                 layout = "awq-gemv"  # one row of scales per output, as the weights' rows
         self.layouts.add("awq" if layout == "awq-gemv" else layout or "gptq")
-        packing = _packing(layout or "packed", bits, container, info.dtype)
+        packing = packing_words(layout or "packed", bits, container, info.dtype)
         if layout == "gptq" and len(info.shape) == 2:
             # g_idx holds one group index per input: the input width, whatever the packing.
             inputs = g_idx.shape[0] if g_idx is not None and g_idx.shape else None
@@ -325,10 +337,10 @@ class _Counter:
         elif layout == "awq" and len(info.shape) == 2 and out is not None:
             self.weight(name, rows * out, (out, rows), packing, exact=not guessed)
         elif layout == "awq-gemv":
-            inputs, exact = _unpack(cols, container, bits)
+            inputs, exact = unpack(cols, container, bits)
             self.weight(name, rows * inputs, (rows, inputs), packing, exact=exact and not guessed)
         else:
-            count, exact = _unpack(info.num_elements, container, bits)
+            count, exact = unpack(info.num_elements, container, bits)
             self.weight(name, count, None, packing, exact=exact and not guessed)
         self.aux(f"{prefix}.qzeros", "zero points of a packed weight")
         self.aux(f"{prefix}.scales", "scales of a packed weight")
@@ -347,9 +359,9 @@ class _Counter:
             self.unknown_width.append(name)
             bits = 4
         out = scales.shape[-1]
-        count, exact = _unpack(info.num_elements, 16, bits)
+        count, exact = unpack(info.num_elements, 16, bits)
         shape = (out, count // out) if count % out == 0 else None
-        packing = _packing("awq-gemv-fast", bits, 16, info.dtype)
+        packing = packing_words("awq-gemv-fast", bits, 16, info.dtype)
         self.weight(name, count, shape, packing, exact=exact and shape is not None and not guessed)
         self.aux(f"{prefix}.qzeros", "zero points of a packed weight")
         self.aux(f"{prefix}.scales", "scales of a packed weight")
@@ -362,9 +374,9 @@ class _Counter:
             container, bits = 8, 4
             packing = "fp4, 2 per U8"
         else:
-            container = _INT_CONTAINERS.get(info.dtype, info.dtype_info.bits)
+            container = INT_CONTAINERS.get(info.dtype, info.dtype_info.bits)
             configured = self.bits_for(name)
-            stored_bits = _stored_shape_bits(self.shapes.get(f"{prefix}.weight_shape"), info)
+            stored_bits = stored_shape_bits(self.shapes.get(f"{prefix}.weight_shape"), info)
             found = configured or stored_bits
             if configured is not None and stored_bits is not None and configured != stored_bits:
                 # The stored logical shape is the tensor's own word; the config's group may
@@ -374,7 +386,7 @@ class _Counter:
             if found is None:
                 self.unknown_width.append(name)
             bits, guessed = found or 4, found is None
-            packing = _packing("pack-quantized", bits, container, info.dtype)
+            packing = packing_words("pack-quantized", bits, container, info.dtype)
         if not info.shape:
             self.weight(name, info.num_elements, info.shape, None)
             return
@@ -386,7 +398,7 @@ class _Counter:
         exact = info.dtype == "U8"
         stored = self.shapes.get(f"{prefix}.weight_shape")
         if stored is not None:
-            if _holds(stored, info, bits, container):
+            if holds(stored, info, bits, container):
                 shape, exact = tuple(stored), True
             else:
                 self.bad_shapes.append(f"{prefix}.weight_shape")
@@ -418,17 +430,17 @@ class _Counter:
         inputs = scales.shape[-1] * group if group and scales.shape else None
         cols = info.shape[-1] if info.shape else 0
         if bits is None and inputs:
-            bits = _ratio(cols * 32, inputs)
+            bits = ratio(cols * 32, inputs)
         guessed = bits is None
         if bits is None:
             self.unknown_width.append(name)
             bits = 4
-        packing = _packing("mlx", bits, 32, info.dtype)
+        packing = packing_words("mlx", bits, 32, info.dtype)
         if inputs is not None and inputs * bits == cols * 32:
             shape = (*info.shape[:-1], inputs)
             self.weight(name, math.prod(shape), shape, packing)
         else:
-            count, exact = _unpack(info.num_elements, 32, bits)
+            count, exact = unpack(info.num_elements, 32, bits)
             self.weight(name, count, None, packing, exact=exact and not guessed)
         self.aux(f"{prefix}.scales", f"scales of {name}")
         self.aux(f"{prefix}.biases", f"biases (zero points) of {name}")
@@ -440,24 +452,24 @@ class _Counter:
         if self.unknown_width:
             self.problems.append(
                 f"{self.source}: no width in the config or the tensors' shapes for "
-                f"{_some(self.unknown_width)}; counted as 4-bit, an estimate"
+                f"{some(self.unknown_width)}; counted as 4-bit, an estimate"
             )
         if self.bad_shapes:
             self.problems.append(
-                f"{self.source}: {_some(self.bad_shapes)} hold shapes their packed weights cannot "
+                f"{self.source}: {some(self.bad_shapes)} hold shapes their packed weights cannot "
                 "hold; counted from the packed tensors"
             )
         if self.width_mismatch and self.q is not None:
             says = f"says {self.q.bits}-bit" if self.q.bits else "gives another width"
             self.problems.append(
-                f"{self.q.source}: {says}, but {_some(list(self.width_mismatch))} are packed at "
+                f"{self.q.source}: {says}, but {some(list(self.width_mismatch))} are packed at "
                 "another width (their qzeros against their scales, g_idx, or their stored "
                 "weight_shape); counted as the tensors say"
             )
         q = self.q
         if self.stored_packed and q is not None:
             self.problems.append(
-                f"{q.source}: says {q.method}, but {_some(self.stored_packed)} hold integers in "
+                f"{q.source}: says {q.method}, but {some(self.stored_packed)} hold integers in "
                 "no layout understood; counted as stored, not exact"
             )
         if q is None or q.method not in KNOWN_METHODS:
@@ -487,72 +499,6 @@ class _Counter:
                 + f", but no tensor is stored that way (seen: {seen}); the count follows "
                 "the tensors"
             )
-
-
-def _some(names: list[str]) -> str:
-    """``"a.qweight"`` or ``"1,024 tensors (a.qweight, b.qweight, …)"``."""
-    if len(names) == 1:
-        return names[0]
-    return f"{len(names):,} tensors ({', '.join(names[:2])}, …)"
-
-
-@functools.lru_cache(maxsize=64)
-def _packing(layout: str, bits: int, container: int, dtype: str) -> str:
-    """``"gptq 4-bit, 8 per I32"``; ``"gptq 3-bit, 32/3 per I32"`` when the width does not
-    divide the container."""
-    per = f"{container // bits}" if container % bits == 0 else f"{container}/{bits}"
-    return f"{layout} {bits}-bit, {per} per {dtype}"
-
-
-def _ratio(numerator: int, denominator: int) -> int | None:
-    if denominator <= 0 or numerator % denominator:
-        return None
-    value = numerator // denominator
-    return value if 1 <= value <= 16 else None
-
-
-def _unpack(elements: int, container: int, bits: int) -> tuple[int, bool]:
-    """Values in ``elements`` containers of ``container`` bits: (count, exact)."""
-    total = elements * container
-    return total // bits, container % bits == 0
-
-
-def _holds(stored: tuple[int, ...], info: TensorInfo, bits: int, container: int) -> bool:
-    """Whether a packed tensor of ``info``'s shape holds logical shape ``stored`` at ``bits``
-    per value: the same leading dims, and the last one packed into whole containers."""
-    return (
-        len(stored) == len(info.shape)
-        and tuple(stored[:-1]) == tuple(info.shape[:-1])
-        and -(-stored[-1] * bits // container) == info.shape[-1]
-    )
-
-
-def _stored_shape_bits(stored: tuple[int, ...] | None, info: TensorInfo) -> int | None:
-    """The width at which a packed tensor holds its stored logical shape, if exactly one does.
-
-    A row of ``n`` values at ``b`` bits fills ``ceil(n·b/container)`` containers; for rows
-    longer than a container's bits that leaves one width at most.
-    """
-    container = _INT_CONTAINERS.get(info.dtype)
-    if not stored or not info.shape or container is None:
-        return None
-    widths = [b for b in range(1, container + 1) if _holds(stored, info, b, container)]
-    return widths[0] if len(widths) == 1 else None
-
-
-def _awq_gemv_fast(info: TensorInfo, scales: TensorInfo | None, qzeros: TensorInfo | None) -> bool:
-    """AutoAWQ's GEMV-fast: an I16 qweight whose rows are a quarter of the outputs (four
-    interleaved), beside scales and floating zero points of one shape ``[groups, out]``."""
-    return (
-        info.dtype == "I16"
-        and len(info.shape) == 2
-        and scales is not None
-        and qzeros is not None
-        and len(scales.shape) == 2
-        and qzeros.shape == scales.shape
-        and qzeros.dtype not in _INT_CONTAINERS
-        and scales.shape[-1] == info.shape[0] * 4
-    )
 
 
 def stored_shape_tensors(tensors: Mapping[str, TensorInfo]) -> list[str]:
@@ -609,10 +555,10 @@ def count_parameters(
     if gguf and quantization is not None:  # the file type, not a block of a config, says it
         quantization = replace(quantization, source=f"{config_location}: general.file_type")
     if gguf or (
-        quantization is None and isinstance(tensors, TensorTable) and _plainly_stored(tensors)
+        quantization is None and isinstance(tensors, TensorTable) and plainly_stored(tensors)
     ):
         table = TensorTable.of(tensors)
-        plain = _plain_count(table, declared_total(metadata), problems, quantization)
+        plain = plain_count(table, declared_total(metadata), problems, quantization)
         return _with_experts(plain, table, None, config, config_location)
     source = quantization.source if quantization is not None else config_location
     counter = _Counter(tensors, quantization, logical_shapes or {}, source)
@@ -653,60 +599,3 @@ def _with_experts(
     if moe is None and not problems:
         return count
     return replace(count, moe=moe, problems=tuple(dict.fromkeys([*count.problems, *problems])))
-
-
-# The dtypes the layouts above look at: integer containers of packed values, bitsandbytes'
-# bytes, and scale exponents. A model with none of them, no config naming a quantization and no
-# ``weight_packed`` tensor is counted as stored, tensor by tensor.
-_PACKING_DTYPES = frozenset({"I16", "U16", "I32", "U32", "U8", "F8_E8M0"})
-
-
-def _plainly_stored(tensors: TensorTable) -> bool:
-    """Whether no layout can apply: then every tensor is a weight of its stored size."""
-    if not _PACKING_DTYPES.isdisjoint(tensors.dtype_names()):
-        return False
-    if not tensors.may_have_name_ending("weight_packed"):
-        return True
-    return not any(n.endswith("weight_packed") for n in tensors)
-
-
-class _StoredAsIs(Mapping[str, RawLogical]):
-    """The raw logical entries of a model :func:`_plainly_stored` cleared: every tensor a weight
-    of its stored size, the entry made when asked (as :class:`LogicalTensors` makes its values),
-    so counting a plain model takes no Python step per tensor."""
-
-    __slots__ = ("_tensors",)
-
-    def __init__(self, tensors: TensorTable) -> None:
-        self._tensors = tensors
-
-    def __getitem__(self, name: str) -> RawLogical:
-        shape = self._tensors[name].shape
-        return (WEIGHT, math.prod(shape), shape, True, None)
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._tensors)
-
-    def __len__(self) -> int:
-        return len(self._tensors)
-
-
-def _plain_count(
-    tensors: TensorTable,
-    declared: int | None,
-    problems: tuple[str, ...],
-    quantization: Quantization | None = None,
-) -> ParameterCount:
-    """:func:`count_parameters` for a model that :func:`_plainly_stored` cleared (the same
-    result the layout pass gives it), or for a GGUF model (``quantization`` names its file
-    type): every tensor a weight of its stored size."""
-    total = tensors.num_parameters
-    return ParameterCount(
-        total=total,
-        exact=True,
-        stored_total=total,
-        quantization=quantization,
-        tensors=LogicalTensors(_StoredAsIs(tensors)),
-        declared_total=declared,
-        problems=tuple(dict.fromkeys(problems)),
-    )
