@@ -62,9 +62,6 @@ def true_count_lines(count: ParameterCount) -> list[str]:
     declared = declared_words(count.total, count.declared_total)
     if declared is not None:
         lines.append(declared)
-    active = active_words(count.active, count.active_exact, _moe_summary(count))
-    if active is not None:
-        lines.append(active)
     return lines
 
 
@@ -224,7 +221,7 @@ def memory_text(report: dict[str, Any]) -> list[str]:
         if report.get("kv_cache_bound"):
             lines.append(f"            {report['kv_cache_bound']}")
     experts = report.get("experts")
-    if experts:
+    if experts and experts["moe_layers"]:  # none when no tensor was recognised as an expert
         lines.append(
             f"  experts   {human_bytes(experts['expert_bytes']):>10}  one routed expert; "
             f"{human_bytes(experts['layer_experts_bytes'])} per layer's "
