@@ -9,9 +9,9 @@ from collections.abc import Iterator, Mapping
 from ..index import TensorTable
 from .values import WEIGHT, LogicalTensors, ParameterCount, Quantization, RawLogical
 
-# The dtypes the layouts of :mod:`.layouts` look at: integer containers of packed values, bitsandbytes'
-# bytes, and scale exponents. A model with none of them, no config naming a quantization and no
-# ``weight_packed`` tensor is counted as stored, tensor by tensor.
+# The dtypes the layouts of :mod:`.layouts` look at: integer containers of packed values,
+# bitsandbytes' bytes, and scale exponents. A model with none of them, no config naming a
+# quantization and no ``weight_packed`` tensor is counted as stored, tensor by tensor.
 PACKING_DTYPES = frozenset({"I16", "U16", "I32", "U32", "U8", "F8_E8M0"})
 
 
