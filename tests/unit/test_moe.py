@@ -197,6 +197,7 @@ def test_fused_experts_and_interleaved_moe_layers(step: int) -> None:
     assert (result.total, result.active) == (total, total - inactive)
     assert result.moe is not None
     assert [layer.layer for layer in result.moe.layers] == list(range(step - 1, 4, step))
+    assert result.moe.shared_experts == 1  # Llama-4's ``shared_expert``, always active
 
 
 def test_fused_experts_without_a_count_in_the_config_take_their_leading_dim() -> None:
@@ -207,6 +208,14 @@ def test_fused_experts_without_a_count_in_the_config_take_their_leading_dim() ->
     assert result.moe is not None
     assert result.moe.experts == 4
     assert result.active == sum(math.prod(s) for _, s in spec.values()) - inactive
+    # Tensors that disagree on their leading dim: how many experts is unknown, and so is the
+    # active count.
+    p = "language_model.model.layers.0.feed_forward.experts"
+    spec[f"{p}.down_proj"] = ("BF16", (8, 16, 64))
+    result = count_parameters(infos(spec), config)
+    assert result.active is None
+    assert not result.active_exact
+    assert any("no key says how many there are" in p for p in result.problems)
 
 
 def test_which_layers_each_family_says_are_moe_layers() -> None:
@@ -271,7 +280,8 @@ def test_the_active_line_says_why_it_is_unknown() -> None:
         "8 routed experts in 4 MoE layer(s)"
     )
     moe.update(experts_per_token=2, moe_layers=0)
-    assert "unknown (no tensor is named as a routed expert)" in str(active_words(None, False, moe))
+    unknown = "unknown (the routed experts could not be found or counted in the tensors)"
+    assert unknown in str(active_words(None, False, moe))
     moe.update(moe_layers=4, shared_experts=1)
     assert active_words(3_500_000, False, moe) == (
         "3.5M active per token (3,500,000, not exact): 2 of 8 routed experts and 1 shared in "

@@ -588,13 +588,15 @@ def _with_experts(
 ) -> ParameterCount:
     """``count`` with its mixture of experts, when the tensors hold routed experts (or the
     config says they should)."""
-    fragments = ("experts.", "_exps.")
+    # Routed experts' names hold "experts." or GGUF's "_exps."; shared experts' "shared_expert"
+    # or GGUF's "_shexp.": "expert" or "_exps." or "_shexp." finds them all.
+    fragments = ("expert", "_exps.", "_shexp.")
     if isinstance(tensors, TensorTable) and not any(
         tensors.may_have_name_containing(f) for f in fragments
     ):
         names = []  # no name to look at: only the config may say more
     else:
-        names = [n for n in tensors if "experts." in n or "_exps." in n]
+        names = [n for n in tensors if any(f in n for f in fragments)]
     moe, problems = find_experts(names, tensors, logical, config, source=source)
     if moe is None and not problems:
         return count

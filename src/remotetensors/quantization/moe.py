@@ -155,7 +155,7 @@ def find_experts(
         if count is None:
             problems.append(
                 f"{source}: the experts of {container} are fused and no key says how many "
-                f"there are ({', '.join(ROUTED_KEYS)}); they are left out of the MoE figures"
+                f"there are ({', '.join(ROUTED_KEYS)}); the active count is unknown"
             )
             continue
         layers.append(
@@ -163,8 +163,8 @@ def find_experts(
                 container, _layer_number(container), count, seen["parameters"], seen["nbytes"]
             )
         )
-    if not layers:
-        return None, tuple(problems)
+    if problems:  # experts there, but not how many: the active count is unknown
+        return MixtureOfExperts(configured or 0, per_token, 0, ()), tuple(problems)
     problems += _check(cfg, layers, configured, per_token, source)
     shared_count = positive_int(cfg, "n_shared_experts") or (1 if shared else 0)
     moe = MixtureOfExperts(configured or layers[0].experts, per_token, shared_count, tuple(layers))

@@ -91,9 +91,9 @@ def active_words(
     where = f"{experts} in {moe['moe_layers']} MoE layer(s)"
     if active is None:
         why = (
-            "no tensor is named as a routed expert"
-            if not moe["moe_layers"]
-            else "the config does not say how many experts a token uses"
+            "the config does not say how many experts a token uses"
+            if moe["experts_per_token"] is None
+            else "the routed experts could not be found or counted in the tensors"
         )
         return f"{phrase}: unknown ({why}); {where}"
     bound = "" if exact else ", not exact"
