@@ -141,3 +141,17 @@ def test_the_notebook_view_says_the_active_figure(models: dict[str, Any]) -> Non
     assert f"{active:,}" in html
     assert "8 of 128 routed experts in 48 MoE layer(s)" in html
     assert text
+
+
+def test_a_scan_gives_each_models_active_count(
+    models: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    folders = [str(models[f][0]) for f in ("mixtral", "gpt-oss")]
+    assert main(["params", *folders, "--json"]) == 0
+    lines = {
+        json.loads(line)["location"]: json.loads(line)
+        for line in capsys.readouterr().out.splitlines()
+    }
+    for family, folder in zip(("mixtral", "gpt-oss"), folders, strict=True):
+        _, (_, _, _, total, active) = models[family]
+        assert (lines[folder]["parameters"], lines[folder]["active_parameters"]) == (total, active)
