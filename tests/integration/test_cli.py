@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from remotetensors.cli import main, parse_slice
+from remotetensors.quantization.moe import ACTIVE_CONVENTION
 from tests.integration.test_models import expected_counts, serve, sharded
 from tests.reference import write_reference
 from tests.servers import FaultyServer
@@ -33,6 +34,10 @@ def test_params_human_and_json(faulty: FaultyServer, capsys: pytest.CaptureFixtu
     assert data == {
         "parameters": total,
         "exact": True,
+        "active_parameters": total,  # a dense model: all of it
+        "active_exact": True,
+        "active_convention": ACTIVE_CONVENTION,
+        "moe": None,
         "quantization": None,
         "declared_parameters": None,
         "stored_parameters": total,

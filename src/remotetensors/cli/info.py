@@ -26,6 +26,7 @@ def add_arguments(sub: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from ..views.display import describe_lines
     from ..views.pipelines import parts_lines, parts_report
+    from ..views.reports import active_words
 
     with opened(args) as model:
         files: dict[str, dict[str, Any]] = {
@@ -45,6 +46,7 @@ def run(args: argparse.Namespace) -> int:
             "tensors": len(model.tensors),
             "dtypes": dtypes,
             "parameters": model.num_parameters,
+            "active_parameters": model.num_active_parameters,
             "bytes": model.nbytes,
             "metadata": shown_metadata(
                 next(iter(files.values()))["format"], model.metadata, model.tensors
@@ -57,6 +59,13 @@ def run(args: argparse.Namespace) -> int:
 
             write_references(model.to_kerchunk(), args.kerchunk)
             result["kerchunk"] = args.kerchunk
+        moe = model.true_count.moe
+        active = active_words(
+            result["active_parameters"],
+            model.true_count.active_exact,
+            moe.as_dict() if moe is not None else None,
+            phrase="per token",
+        )
     if args.json:
         print(json.dumps(result))
         return 0
@@ -65,6 +74,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"  format:     {', '.join(str(f) for f in formats)}")
     print(f"  tensors:    {result['tensors']} ({', '.join(dtypes)})")
     print(f"  parameters: {human_count(result['parameters'])} ({result['parameters']:,})")
+    if active is not None:
+        print(f"  active:     {active}")
     print(f"  data:       {human_bytes(result['bytes'])}")
     for line in parts_lines(result):
         print(f"  {line}")

@@ -24,6 +24,7 @@ from ..errors import (
     did_you_mean,
     warn_at_caller,
 )
+from ..formats.gguf_files import quantization as gguf_file_type
 from ..index import FileIndex, ModelIndex, TensorInfo
 from ..options import DEFAULT_CHUNK_BYTES, DEFAULT_ZARR_CHUNK_BYTES, ReadOptions
 from ..quantization import (
@@ -34,6 +35,7 @@ from ..quantization import (
     declared_total,
     stored_shape_tensors,
 )
+from ..quantization.gguf import config_from_gguf
 from ..quantization.memory import MemoryEstimate, estimate_memory
 from ..reading.fetch import gather_or_cancel
 from ..reading.hub_onecall import LazyTensorFile
@@ -171,18 +173,39 @@ class AsyncModel:
                 return metadata
         return self.index.metadata
 
+    @functools.cached_property
+    def _gguf_config(self) -> dict[str, Any] | None:
+        """A GGUF model's metadata read as a config (what counts and memory read instead of a
+        ``config.json``, which describes some other file if one is there); None otherwise."""
+        files = self.index.files
+        if not files or any(f.format != "gguf" for f in files.values()):
+            return None
+        metadata = self.index.metadata or {}
+        return config_from_gguf(metadata, file_type=gguf_file_type(metadata, self.tensors))
+
+    def _counting_config(self) -> tuple[dict[str, Any] | None, str]:
+        """(the config the count and the memory estimate read, where it was read)."""
+        gguf = self._gguf_config
+        if gguf is not None:
+            return gguf, next(iter(self.index.files))  # the file whose metadata it is
+        return self.configs.config, self.configs.config_location
+
     @property
     def true_count(self) -> ParameterCount:
-        """The true count: each tensor's role and logical size (see :mod:`..quantization`)."""
+        """The true count: each tensor's role and logical size, and the mixture of experts'
+        active parameters (see :mod:`..quantization`)."""
         if self._true_count is None:
             configs = self.configs
+            config, location = self._counting_config()
             count = count_parameters(
                 self.index.tensors,
-                configs.config,
-                quantization_config=configs.quantization_config,
+                config,
+                quantization_config=configs.quantization_config
+                if config is configs.config
+                else None,
                 metadata=self._declaring_metadata(),
                 logical_shapes=self._logical_shapes,
-                config_location=configs.config_location,
+                config_location=location,
                 quantization_config_location=configs.quantization_config_location,
             )
             problems = (*configs.problems, *self._shape_problems, *count.problems)
@@ -269,6 +292,15 @@ class AsyncModel:
         return self.true_count.total
 
     @property
+    def num_active_parameters(self) -> int | None:
+        """Parameters used per token: :attr:`num_parameters` for a dense model; for a mixture
+        of experts, minus the routed experts a token does not use (convention:
+        :data:`remotetensors.quantization.moe.ACTIVE_CONVENTION`). ``None`` when the config
+        does not say how many experts a token uses; not exact when
+        ``true_count.active_exact`` is False."""
+        return self.true_count.active
+
+    @property
     def stored_parameters(self) -> int:
         """Elements as stored, over all tensors (the sum of :meth:`parameter_count`)."""
         return self.index.num_parameters
@@ -289,7 +321,12 @@ class AsyncModel:
             ValueError: a bad context, batch or dtype name.
         """
         return estimate_memory(
-            self.config, self.nbytes, context=context, batch=batch, kv_dtype=kv_dtype
+            self._counting_config()[0],
+            self.nbytes,
+            context=context,
+            batch=batch,
+            kv_dtype=kv_dtype,
+            experts=self.true_count.moe,
         )
 
     @property

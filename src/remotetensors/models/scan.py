@@ -52,6 +52,8 @@ class ModelSummary:
         by_dtype: elements as stored per dtype name (the hub's per-dtype counts).
         nbytes: bytes of tensor data.
         files: number of weight files.
+        active_parameters: parameters used per token (the total for a dense model; see
+            :attr:`remotetensors.AsyncModel.num_active_parameters`), None when unknown.
     """
 
     parameters: int
@@ -61,13 +63,15 @@ class ModelSummary:
     by_dtype: dict[str, int]
     nbytes: int
     files: int
+    active_parameters: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        """JSON-ready keys: parameters, exact, quantization, stored_parameters, by_dtype,
-        bytes, files."""
+        """JSON-ready keys: parameters, exact, active_parameters, quantization,
+        stored_parameters, by_dtype, bytes, files."""
         return {
             "parameters": self.parameters,
             "exact": self.exact,
+            "active_parameters": self.active_parameters,
             "quantization": self.quantization,
             "stored_parameters": self.stored_parameters,
             "by_dtype": dict(self.by_dtype),
@@ -133,6 +137,7 @@ async def summarise(location: str, **open_model_kwargs: Any) -> ModelSummary:
             by_dtype=stored,
             nbytes=model.nbytes,
             files=len(model.files),
+            active_parameters=count.active,
         )
     finally:
         await model.aclose()

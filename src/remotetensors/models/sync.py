@@ -394,6 +394,12 @@ class Model:
         return self._model.num_parameters
 
     @property
+    def num_active_parameters(self) -> int | None:
+        """Parameters used per token (the total for a dense model); see
+        :attr:`remotetensors.AsyncModel.num_active_parameters`."""
+        return self._model.num_active_parameters
+
+    @property
     def stored_parameters(self) -> int:
         """Elements as stored, over all tensors."""
         return self._model.stored_parameters
