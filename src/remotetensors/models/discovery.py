@@ -6,8 +6,10 @@ at the same time (a location naming a file asks for the configs beside it, also 
 sharded model's shard headers then come in a second round, all concurrently, each shard's first
 window sized from what the index says it holds, so the header phase transfers about the headers'
 bytes and no more. A hub model repo also asks the one-call metadata endpoint in the first round
-(see :mod:`..reading.hub_onecall`). A folder or repo without a safetensors model opens its GGUF
-model, a file or every part of a split one, when it holds exactly one.
+(see :mod:`..reading.hub_onecall`). A folder or repo without a safetensors model opens its
+PyTorch model (``pytorch_model.bin``, else ``pytorch_model.bin.index.json`` and its shards), else
+its GGUF model, a file or every part of a split one, when it holds exactly one; one more round
+asks for all three at once. Safetensors wins where a repo has both, as in transformers.
 
 :func:`discover` says what it found in one value, :class:`Discovered`. Every file it opens is
 closed by the caller's :class:`~contextlib.AsyncExitStack`, on failure as on close of the model.
@@ -41,12 +43,24 @@ if TYPE_CHECKING:
     from ..reading.progress import Progress
     from ..sources.resolve import Place
 
-__all__ = ["INDEX_FILE", "SINGLE_FILE", "Discovered", "close_files", "discover"]
+__all__ = [
+    "INDEX_FILE",
+    "SINGLE_FILE",
+    "TORCH_FILE",
+    "TORCH_INDEX_FILE",
+    "Discovered",
+    "close_files",
+    "discover",
+]
 
 log = logging.getLogger(__name__)
 
 SINGLE_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
+TORCH_FILE = "pytorch_model.bin"
+TORCH_INDEX_FILE = "pytorch_model.bin.index.json"
+"""A folder's PyTorch model, looked for when it has no safetensors model (which wins when it
+has both, as in transformers)."""
 INDEX_WINDOW_BYTES = 1024 * 1024
 """First request for an index file; longer ones cost one more request for the rest."""
 
@@ -206,40 +220,74 @@ async def _at_folder(
         log.debug("%s: header phase from range reads of the index and shards", location)
         return await _sharded(place, shard_index, INDEX_FILE, opened, options, framework)
     assert index_error is not None
-    names = await _gguf_instead(location, place, single_error, index_error)
-    return await _gguf(place, names, opened, options, framework)
+    return await _not_safetensors(
+        location, place, single_error, index_error, opened, options, framework
+    )
 
 
-async def _gguf_instead(
-    location: str, place: Place, single_error: BaseException, index_error: BaseException
-) -> list[str]:
-    """Neither ``model.safetensors`` nor its index opened: the files of the folder's GGUF
-    model, or the error that says why there is no model.
-
-    Raises:
-        NotFoundError: the repo or revision is missing, or no model is here; else whichever
-            of the two errors is not "not found".
-    """
-    for error in (single_error, index_error):
-        # The hub says when the repo or revision itself is missing: that, not the files.
+def _raise_unless_missing(*errors: BaseException) -> None:
+    """Raise the first error that is not a file's absence: the hub's missing repo or revision
+    (that, not the files, is what the user must hear), or any other failure."""
+    for error in errors:
         if isinstance(error, NotFoundError) and error.code in ("RepoNotFound", "RevisionNotFound"):
             raise error
-    if not isinstance(single_error, NotFoundError):
-        raise single_error
-    if not isinstance(index_error, NotFoundError):
-        raise index_error
-    gguf_files = await find_gguf(location, place)
+    for error in errors:
+        if not isinstance(error, NotFoundError):
+            raise error
+
+
+async def _not_safetensors(
+    location: str,
+    place: Place,
+    single_error: BaseException,
+    index_error: BaseException,
+    opened: list[AsyncTensorFile],
+    options: ReadOptions,
+    framework: str,
+) -> _Weights:
+    """Neither ``model.safetensors`` nor its index opened: the folder's PyTorch model
+    (``pytorch_model.bin``, else its index), else its GGUF model, all asked for in one round;
+    or the error that says why there is no model.
+
+    Raises:
+        NotFoundError: the repo or revision is missing, or no model is here; else the first
+            error that is not "not found" (a ``.bin`` whose pickle is refused, ...).
+    """
+    _raise_unless_missing(single_error, index_error)
+    torch_task = asyncio.ensure_future(_open(place, TORCH_FILE, opened, options, framework))
+    torch_index_task = asyncio.ensure_future(_read_shard_index(place, TORCH_INDEX_FILE))
+    gguf_task = asyncio.ensure_future(find_gguf(location, place))
+    tasks = [torch_task, torch_index_task, gguf_task]
+    try:
+        await asyncio.gather(*tasks, return_exceptions=True)
+    except BaseException:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
+    torch_error, torch_index_error = torch_task.exception(), torch_index_task.exception()
+    if torch_error is None:
+        return _single(TORCH_FILE, torch_task.result())
+    if torch_index_error is None:
+        torch_index = torch_index_task.result()
+        return await _sharded(place, torch_index, TORCH_INDEX_FILE, opened, options, framework)
+    _raise_unless_missing(torch_error, torch_index_error)
+    gguf_files = gguf_task.result()  # raises AmbiguousModelError for several models
     if gguf_files is not None:
-        return gguf_files
+        return await _gguf(place, gguf_files, opened, options, framework)
+    looked_for = " nor ".join(
+        place.location(name) for name in (SINGLE_FILE, INDEX_FILE, TORCH_FILE, TORCH_INDEX_FILE)
+    )
+    assert isinstance(single_error, NotFoundError)
     if single_error.code == "EntryNotFound":
         raise NotFoundError(
-            f"{location}: the repo has no safetensors or GGUF weights where they are looked "
-            f"for: neither {place.location(SINGLE_FILE)} nor {place.location(INDEX_FILE)} "
-            "nor a .gguf file exists; name a subfolder, a file or an index explicitly"
+            f"{location}: the repo has no safetensors, PyTorch or GGUF weights where they are "
+            f"looked for: neither {looked_for} nor a .gguf file exists; name a subfolder, a "
+            "file or an index explicitly"
         )
     raise NotFoundError(
-        f"{location}: no model here: neither {place.location(SINGLE_FILE)} nor "
-        f"{place.location(INDEX_FILE)} exists; name another file or index explicitly"
+        f"{location}: no model here: neither {looked_for} exists; name another file or index "
+        "explicitly"
     )
 
 
