@@ -244,6 +244,10 @@ def read_archive(held: HeldBytes, *, location: str = "<bytes>") -> Archive:
     if disk or directory_disk or here != entries:
         raise _invalid("the archive spans several disks", location)
     end_of_directory = eocd
+    # What lies before the EOCD in one read: a zip64 locator, if any, and (unless the EOCD
+    # defers to zip64 records) the directory.
+    first_needed = max(0, eocd - _LOCATOR_BYTES)
+    held.get(first_needed if start == _U32 else min(start, first_needed), eocd)
     if eocd >= _LOCATOR_BYTES and held.get(eocd - _LOCATOR_BYTES, eocd).startswith(_LOCATOR):
         entries, size, start, end_of_directory = _zip64_end(held, eocd, location)
     if start + size > end_of_directory:
