@@ -19,8 +19,14 @@ import io
 import json
 import os
 import struct
+import warnings
 import zipfile
 from typing import Any
+
+import numpy as np
+
+from remotetensors.formats.torch_bin import TorchIndex, read_bin
+from remotetensors.formats.torch_zip import HeldBytes, NeedBytes
 
 torch = __import__("pytest").importorskip("torch")
 transformers = __import__("pytest").importorskip("transformers")
@@ -49,6 +55,16 @@ MINILM_CONFIG: dict[str, Any] = {
 }
 
 
+DTYPE_NAMES = {
+    torch.float64: "F64", torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16",
+    torch.int64: "I64", torch.int32: "I32", torch.int16: "I16", torch.int8: "I8",
+    torch.uint64: "U64", torch.uint32: "U32", torch.uint16: "U16", torch.uint8: "U8",
+    torch.bool: "BOOL", torch.complex64: "C64", torch.float8_e4m3fn: "F8_E4M3",
+    torch.float8_e5m2: "F8_E5M2",
+}  # fmt: skip
+"""torch dtypes -> the dtype names remotetensors gives them (safetensors' names)."""
+
+
 def saved(state: Any, **kwargs: Any) -> bytes:
     """``torch.save(state)``'s bytes."""
     buffer = io.BytesIO()
@@ -57,8 +73,12 @@ def saved(state: Any, **kwargs: Any) -> bytes:
 
 
 def loaded(data: bytes) -> Any:
-    """``torch.load(..., weights_only=True)`` of ``data``: the reference reader."""
-    return torch.load(io.BytesIO(data), weights_only=True, map_location="cpu")
+    """``torch.load(..., weights_only=True)`` of ``data``: the reference reader (its warnings,
+    such as one for a pickle protocol other than 2, silenced: the tests take them for errors).
+    """
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return torch.load(io.BytesIO(data), weights_only=True, map_location="cpu")
 
 
 @functools.cache
@@ -179,3 +199,80 @@ def payload_bin(marker: str) -> bytes:
 def legacy_bin() -> bytes:
     """A file of the legacy format (before PyTorch 1.6)."""
     return saved({"w": torch.ones(2)}, _use_new_zipfile_serialization=False)
+
+
+# --- reading with the formats alone, compared with torch.load ------------------------------------
+
+
+def index_of(data: bytes, *, window: int | None = None) -> tuple[TorchIndex, int]:
+    """The index of ``data``, read as a remote reader would: a suffix of ``window`` bytes
+    (all of it by default), then what :func:`read_bin` asks for. Also the reads it took."""
+    start = 0 if window is None else max(0, len(data) - window)
+    held = HeldBytes(len(data), [(start, data[start:])])
+    for reads in range(10):
+        step = read_bin(held, location="x.bin")
+        if not isinstance(step, NeedBytes):
+            return step, reads
+        held = held.with_bytes(step.start, data[step.start : step.end])
+    raise AssertionError("no index after 10 reads")
+
+
+def tensors_of(data: bytes, found: TorchIndex) -> dict[str, np.ndarray[Any, Any]]:
+    """Every tensor, from the file's bytes where the index puts it (strided ones laid out)."""
+    result = {}
+    for name, info in found.index.tensors.items():
+        place = found.places[name]
+        place.check(data[place.header_start : place.start], location="x.bin")
+        raw = np.frombuffer(data[info.start : info.end], dtype=np.uint8)
+        view = found.strided.get(name)
+        if view is None:
+            result[name] = raw.view(info.dtype_info.numpy).reshape(info.shape)
+        else:  # numpy strides over bytes only for ml_dtypes' types: each element a row
+            size = info.dtype_info.numpy.itemsize
+            strides = (*(s * size for s in view.stride), 1)
+            elements = np.lib.stride_tricks.as_strided(raw, (*view.shape, size), strides)
+            result[name] = elements.copy().view(info.dtype_info.numpy).reshape(view.shape)
+    return result
+
+
+def flat(value: Any, name: str = "") -> dict[str, Any]:
+    """The tensors in ``value`` (a state dict, perhaps nested), named by their path."""
+    if isinstance(value, torch.Tensor):
+        return {name: value}
+    if not isinstance(value, (dict, list, tuple)):
+        return {}
+    items = value.items() if isinstance(value, dict) else enumerate(value)
+    found: dict[str, Any] = {}
+    for key, item in items:
+        found.update(flat(item, f"{name}.{key}" if name else str(key)))
+    return found
+
+
+def assert_same(data: bytes, found: TorchIndex) -> None:
+    """The index and values agree with torch.load's."""
+    reference = flat(loaded(data))
+    ours = tensors_of(data, found)
+    assert sorted(ours) == sorted(reference)
+    for name, expected in reference.items():
+        expected = expected.detach()
+        info = found.index.tensors[name]
+        assert (info.dtype, info.shape) == (DTYPE_NAMES[expected.dtype], tuple(expected.shape))
+        as_bytes = (
+            expected.contiguous().view(-1).view(torch.uint8).numpy() if expected.numel() else []
+        )
+        assert np.ascontiguousarray(ours[name]).reshape(-1).view(np.uint8).tobytes() == bytes(
+            as_bytes
+        ), name
+    assert found.index.num_parameters == sum(t.numel() for t in reference.values())
+
+
+def rezipped(data: bytes, change: Any = None, **kwargs: Any) -> bytes:
+    """``data``'s members written again by Python's zipfile (no data descriptors, no
+    alignment); ``change(name, bytes)`` may replace a member's bytes."""
+    source = zipfile.ZipFile(io.BytesIO(data))
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", **kwargs) as target:
+        for info in source.infolist():
+            member = source.read(info.filename)
+            target.writestr(info.filename, change(info.filename, member) if change else member)
+    return out.getvalue()

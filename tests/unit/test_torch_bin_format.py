@@ -8,80 +8,26 @@ import struct
 import zipfile
 from typing import Any
 
-import numpy as np
 import pytest
 
 import remotetensors as rt
-from remotetensors.formats.torch_bin import TorchIndex, read_bin
 from remotetensors.formats.torch_zip import HeldBytes, NeedBytes
-from tests.torch_bin_files import as_zip64, legacy_bin, loaded, saved, torch
+from tests.torch_bin_files import (
+    as_zip64,
+    assert_same,
+    index_of,
+    legacy_bin,
+    rezipped,
+    saved,
+    tensors_of,
+    torch,
+)
 
 DTYPES = [
     torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int64, torch.int32,
     torch.int16, torch.int8, torch.uint8, torch.bool, torch.complex64, torch.uint16,
     torch.uint32, torch.uint64, torch.float8_e4m3fn, torch.float8_e5m2,
 ]  # fmt: skip
-
-
-def index_of(data: bytes, *, window: int | None = None) -> tuple[TorchIndex, int]:
-    """The index of ``data``, read as a remote reader would: a suffix of ``window`` bytes
-    (all of it by default), then what :func:`read_bin` asks for. Also the reads it took."""
-    start = 0 if window is None else max(0, len(data) - window)
-    held = HeldBytes(len(data), [(start, data[start:])])
-    for reads in range(10):
-        step = read_bin(held, location="x.bin")
-        if not isinstance(step, NeedBytes):
-            return step, reads
-        held = held.with_bytes(step.start, data[step.start : step.end])
-    raise AssertionError("no index after 10 reads")
-
-
-def tensors_of(data: bytes, found: TorchIndex) -> dict[str, np.ndarray[Any, Any]]:
-    """Every tensor, from the file's bytes where the index puts it (strided ones laid out)."""
-    result = {}
-    for name, info in found.index.tensors.items():
-        place = found.places[name]
-        place.check(data[place.header_start : place.start], location="x.bin")
-        items = np.frombuffer(data[info.start : info.end], dtype=info.dtype_info.numpy)
-        view = found.strided.get(name)
-        if view is None:
-            result[name] = items.reshape(info.shape)
-        else:
-            step = info.dtype_info.numpy.itemsize
-            strides = tuple(s * step for s in view.stride)
-            result[name] = np.lib.stride_tricks.as_strided(items, view.shape, strides)
-    return result
-
-
-def flat(value: Any, name: str = "") -> dict[str, Any]:
-    """The tensors in ``value`` (a state dict, perhaps nested), named by their path."""
-    if isinstance(value, torch.Tensor):
-        return {name: value}
-    if not isinstance(value, (dict, list, tuple)):
-        return {}
-    items = value.items() if isinstance(value, dict) else enumerate(value)
-    found: dict[str, Any] = {}
-    for key, item in items:
-        found.update(flat(item, f"{name}.{key}" if name else str(key)))
-    return found
-
-
-def assert_same(data: bytes, found: TorchIndex) -> None:
-    """The index and values agree with torch.load's."""
-    reference = flat(loaded(data))
-    ours = tensors_of(data, found)
-    assert sorted(ours) == sorted(reference)
-    for name, expected in reference.items():
-        expected = expected.detach()
-        info = found.index.tensors[name]
-        assert info.shape == tuple(expected.shape), name
-        as_bytes = (
-            expected.contiguous().view(-1).view(torch.uint8).numpy() if expected.numel() else []
-        )
-        assert np.ascontiguousarray(ours[name]).reshape(-1).view(np.uint8).tobytes() == bytes(
-            as_bytes
-        ), name
-    assert found.index.num_parameters == sum(t.numel() for t in reference.values())
 
 
 def test_every_dtype_torch_saves() -> None:
@@ -139,18 +85,6 @@ def test_zip64_archives() -> None:
     found, _ = index_of(data, window=200)
     assert_same(data, found)
     assert all(place.member.zip64 for place in found.places.values())
-
-
-def rezipped(data: bytes, change: Any = None, **kwargs: Any) -> bytes:
-    """``data``'s members written again by Python's zipfile (no data descriptors, no
-    alignment); ``change(name, bytes)`` may replace a member's bytes."""
-    source = zipfile.ZipFile(io.BytesIO(data))
-    out = io.BytesIO()
-    with zipfile.ZipFile(out, "w", **kwargs) as target:
-        for info in source.infolist():
-            member = source.read(info.filename)
-            target.writestr(info.filename, change(info.filename, member) if change else member)
-    return out.getvalue()
 
 
 def test_archives_written_by_another_zip_writer() -> None:

@@ -200,12 +200,7 @@ class AsyncTorchFile(AsyncTensorFile):
 
     def _laid_out(self, info: TensorInfo, span: npt.NDArray[np.uint8]) -> npt.NDArray[Any]:
         """Strided tensor ``info`` in C order, from the bytes of the span it covers."""
-        view: TensorRef = self._strided[info.name]
-        numpy_dtype = info.dtype_info.numpy
-        strides = tuple(step * numpy_dtype.itemsize for step in view.stride)
-        items = span.view(numpy_dtype)
-        laid_out: npt.NDArray[Any] = np.lib.stride_tricks.as_strided(items, view.shape, strides)
-        return np.array(laid_out, order="C")  # its own bytes, not the span's
+        return laid_out(self._strided[info.name], info.dtype_info.numpy, span)
 
     async def _read_slice(self, info: TensorInfo, index: Any) -> Any:
         """``info[index]``; a strided tensor's span is read whole and sliced here, with the
@@ -273,6 +268,17 @@ class AsyncTorchFile(AsyncTensorFile):
                 "file.confirm_offsets(names) first (any read of it does it too)"
             )
         return super().to_dask(name, chunk_bytes=chunk_bytes)
+
+
+def laid_out(view: TensorRef, dtype: np.dtype[Any], span: npt.NDArray[np.uint8]) -> Any:
+    """The strided ``view`` in C order, a new array of ``dtype``, from the bytes of the span
+    it covers (``span``, from its first element). Strided over bytes, each element a row of
+    its bytes: numpy strides only its own dtypes, not ml_dtypes' (BF16, F8)."""
+    size = dtype.itemsize
+    elements = np.lib.stride_tricks.as_strided(
+        span, (*view.shape, size), (*(step * size for step in view.stride), 1)
+    )
+    return np.ascontiguousarray(elements).view(dtype).reshape(view.shape)
 
 
 def _start(place: StoragePlace) -> int:
