@@ -198,7 +198,7 @@ class AsyncTorchFile(AsyncTensorFile):
             for i, o in zip(infos, outputs, strict=True)
         }
 
-    def _laid_out(self, info: TensorInfo, span: npt.NDArray[np.uint8]) -> npt.NDArray[Any]:
+    def _laid_out(self, info: TensorInfo, span: npt.NDArray[np.uint8]) -> Any:
         """Strided tensor ``info`` in C order, from the bytes of the span it covers."""
         return laid_out(self._strided[info.name], info.dtype_info.numpy, span)
 
