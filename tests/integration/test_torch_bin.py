@@ -166,7 +166,8 @@ def test_views_of_one_storage_read_it_once(static: tuple[str, Log, Path]) -> Non
         moved = log.total_bytes
         for name, array in got.items():
             np.testing.assert_array_equal(array, reference[name].numpy())
-            assert array.flags.c_contiguous and array.flags.writeable
+            assert array.flags.c_contiguous
+            assert array.flags.writeable
         np.testing.assert_array_equal(f.get_slice("wt")[3:5, 10:20], weight.t()[3:5, 10:20])
         np.testing.assert_array_equal(f.get_slice("row")[5:9], weight[7, 5:9])
     assert weight.numel() * 4 <= moved <= weight.numel() * 4 + 128  # the storage once
