@@ -28,8 +28,9 @@ import numpy as np
 from remotetensors.formats.torch_bin import TorchIndex, read_bin
 from remotetensors.formats.torch_zip import HeldBytes, NeedBytes
 
-torch = __import__("pytest").importorskip("torch")
-transformers = __import__("pytest").importorskip("transformers")
+import pytest
+
+torch = pytest.importorskip("torch")  # the reference writer and reader (remotetensors needs none)
 
 # sentence-transformers/all-MiniLM-L6-v2's config.json as the hub serves it (its _name_or_path
 # and transformers_version left out).
@@ -84,6 +85,7 @@ def loaded(data: bytes) -> Any:
 @functools.cache
 def minilm_state() -> dict[str, Any]:
     """The state dict of all-MiniLM-L6-v2's architecture, seeded (built once per process)."""
+    transformers = pytest.importorskip("transformers")
     torch.manual_seed(31)
     model = transformers.BertModel(transformers.BertConfig(**MINILM_CONFIG)).eval()
     state = dict(model.state_dict())

@@ -198,6 +198,22 @@ async def test_to_dask_after_the_storage_offsets_are_confirmed(tmp_path: Path) -
             f.to_dask("wt")
 
 
+def test_torch_is_not_needed_to_read_a_bin(tmp_path: Path) -> None:
+    path = tmp_path / "pytorch_model.bin"
+    weight = torch.arange(12.0).reshape(3, 4)
+    path.write_bytes(saved({"w": weight, "wt": weight.t()}))
+    program = (
+        "import sys; sys.modules['torch'] = None  # import torch now fails\n"
+        "import remotetensors as rt\n"
+        f"m = rt.open_model({str(path)!r})\n"
+        "print(m.num_parameters, m.get_tensor('wt').tolist())\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert result.stdout.strip() == f"24 {weight.t().tolist()}"
+
+
 @pytest.mark.parametrize(
     ("payload", "words"),
     [
