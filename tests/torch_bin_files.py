@@ -24,11 +24,10 @@ import zipfile
 from typing import Any
 
 import numpy as np
+import pytest
 
 from remotetensors.formats.torch_bin import TorchIndex, read_bin
 from remotetensors.formats.torch_zip import HeldBytes, NeedBytes
-
-import pytest
 
 torch = pytest.importorskip("torch")  # the reference writer and reader (remotetensors needs none)
 
