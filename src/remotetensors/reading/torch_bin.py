@@ -36,7 +36,7 @@ from .frameworks import convert
 from .slicing import plan_slice
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Callable, Iterable
 
     import dask.array as da
     import numpy.typing as npt
@@ -125,16 +125,30 @@ class AsyncTorchFile(AsyncTensorFile):
     # --- reads, each storage checked once -----------------------------------------------------
 
     async def _fetch(self, targets: list[Target]) -> None:
-        headers = [
-            (place, np.empty(place.start - place.header_start, np.uint8))
-            for place in self._unchecked(t.range for t in targets)
+        # The local headers of storages read for the first time come in the same plan: just
+        # before their bytes, they join the same request.
+        headers, check = self._header_reads(self._unchecked(t.range for t in targets))
+        await super()._fetch([*targets, *headers])
+        check()
+
+    def _header_reads(
+        self, places: Iterable[StoragePlace]
+    ) -> tuple[list[Target], Callable[[], None]]:
+        """The reads of the local headers of ``places``, and what checks them once read.
+
+        The check raises HeaderError (INVALID_ZIP) for a storage whose bytes are not where the
+        directory put them; the others are marked checked."""
+        buffers = [
+            (place, np.empty(place.start - place.header_start, np.uint8)) for place in places
         ]
-        await super()._fetch(
-            [*targets, *(Target(ByteRange(p.header_start, p.start), h.data) for p, h in headers)]
-        )
-        for place, header in headers:
-            place.check(header.tobytes(), location=self.location)
-            self._checked.add(place.start)
+
+        def check() -> None:
+            for place, header in buffers:
+                place.check(header.tobytes(), location=self.location)
+                self._checked.add(place.start)
+
+        targets = [Target(ByteRange(p.header_start, p.start), h.data) for p, h in buffers]
+        return targets, check
 
     def _unchecked(self, ranges: Iterable[ByteRange]) -> list[StoragePlace]:
         """The storages holding ``ranges`` whose local header has not been checked yet."""
@@ -151,18 +165,9 @@ class AsyncTorchFile(AsyncTensorFile):
         """Check the local headers of the storages holding ``names`` (a few dozen bytes each,
         concurrently), which reads do on their own; :meth:`to_dask` needs it done first."""
         wanted = {p.start: p for p in map(self._place, names) if p.start not in self._checked}
-        places = list(wanted.values())
-        if places:
-            headers = [np.empty(p.start - p.header_start, np.uint8) for p in places]
-            await super()._fetch(
-                [
-                    Target(ByteRange(p.header_start, p.start), h.data)
-                    for p, h in zip(places, headers, strict=True)
-                ]
-            )
-            for place, header in zip(places, headers, strict=True):
-                place.check(header.tobytes(), location=self.location)
-                self._checked.add(place.start)
+        headers, check = self._header_reads(wanted.values())
+        await super()._fetch(headers)
+        check()
 
     def _place(self, name: str) -> StoragePlace:
         self.info(name)  # TensorNotFoundError for an unknown name
@@ -212,8 +217,10 @@ class AsyncTorchFile(AsyncTensorFile):
         if info.name not in self._strided:
             return await super()._read_slice(info, index)
         self._check_open()
-        laid_out = TensorInfo(info.name, info.dtype, info.shape, 0, self._c_order_bytes(info))
-        plan = plan_slice(laid_out, index)  # before any read: a bad index fails at once
+        c_order = TensorInfo(
+            info.name, info.dtype, info.shape, 0, info.dtype_info.nbytes(info.num_elements)
+        )
+        plan = plan_slice(c_order, index)  # before any read: a bad index fails at once
         span = np.empty(info.nbytes, np.uint8)
         await self._fetch([Target(ByteRange(info.start, info.end), span.data)])
         whole = self._laid_out(info, span).reshape(-1).view(np.uint8).data
@@ -227,10 +234,6 @@ class AsyncTorchFile(AsyncTensorFile):
             fetch_into_blocking(from_memory, targets, options=self._options)
             then()
         return convert(out.result(), info.dtype, self._framework)
-
-    @staticmethod
-    def _c_order_bytes(info: TensorInfo) -> int:
-        return info.dtype_info.nbytes(info.num_elements)
 
     # --- the lean paths of local files read unchecked bytes: not taken ---------------------------
 
