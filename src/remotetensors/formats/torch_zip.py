@@ -164,11 +164,19 @@ class Archive:
         members: name -> member, in the directory's order.
         directory_start: absolute offset of the central directory.
         directory_bytes: its size in bytes.
+        record_starts: the members' local header offsets, ascending (where records end).
     """
 
     members: Mapping[str, Member]
     directory_start: int
     directory_bytes: int
+    record_starts: tuple[int, ...] = ()
+
+    @classmethod
+    def of(cls, members: Mapping[str, Member], start: int, size: int) -> Archive:
+        """The archive of ``members``, its directory at ``start`` (``size`` bytes)."""
+        offsets = tuple(sorted(m.local_offset for m in members.values()))
+        return cls(members, start, size, offsets)
 
     @property
     def root(self) -> str:
@@ -179,7 +187,7 @@ class Archive:
     def record_end(self, member: Member) -> int:
         """Where ``member``'s record (local header, bytes, descriptor) ends: the next local
         header, or the central directory after the last one."""
-        offsets = sorted(m.local_offset for m in self.members.values())
+        offsets = self.record_starts
         i = bisect.bisect_right(offsets, member.local_offset)
         return offsets[i] if i < len(offsets) else self.directory_start
 
@@ -257,7 +265,7 @@ def read_archive(held: HeldBytes, *, location: str = "<bytes>") -> Archive:
             location,
         )
     members = _directory(held.get(start, start + size), start, entries, location)
-    return Archive(members, start, size)
+    return Archive.of(members, start, size)
 
 
 def _find_eocd(held: HeldBytes, location: str) -> int:
