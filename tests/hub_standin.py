@@ -28,7 +28,7 @@ from urllib.parse import unquote
 
 from aiohttp import web
 
-from tests.servers import Entry, Log, _Running
+from tests.servers import Entry, Log, _range_of, _Running
 
 LFS_THRESHOLD = 10_000
 TREE_PAGE = 1000
@@ -329,14 +329,13 @@ class HubStandIn:
     def _ranged(
         self, request: web.Request, entry: Entry, data: bytes, headers: dict[str, str]
     ) -> web.Response:
-        rng = re.fullmatch(r"bytes=(\d+)-(\d*)", request.headers.get("Range", ""))
+        rng = re.fullmatch(r"bytes=(\d*)-(\d*)", request.headers.get("Range", ""))
         headers["Accept-Ranges"] = "bytes"
-        if rng is None:
+        if rng is None or rng.group(0) == "bytes=-":
             entry.status = 200
             entry.sent_bytes = len(data) if request.method == "GET" else 0
             return web.Response(status=200, body=data, headers=headers)
-        start = int(rng.group(1))
-        last = min(int(rng.group(2)) if rng.group(2) else len(data) - 1, len(data) - 1)
+        start, last = _range_of(rng, len(data))
         if start >= len(data):
             entry.status = 416
             headers["Content-Range"] = f"bytes */{len(data)}"

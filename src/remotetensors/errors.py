@@ -105,6 +105,11 @@ class HeaderErrorKind(str, enum.Enum):
     TOO_MANY_DIMS = "too many tensor dims"
     INVALID_METADATA = "invalid GGUF metadata"
     MISALIGNED_TENSOR = "misaligned GGUF tensor offset"
+    # PyTorch .bin (torch.save's zip): the archive, and the pickle read without running it.
+    INVALID_ZIP = "invalid PyTorch zip archive"
+    LEGACY_TORCH_FORMAT = "legacy PyTorch file (torch.save before 1.6)"
+    INVALID_PICKLE = "invalid or unsupported pickle"
+    FORBIDDEN_GLOBAL = "pickle global not allowed"
 
 
 class HeaderError(DropInError, ValueError):

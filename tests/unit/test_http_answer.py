@@ -49,6 +49,15 @@ def test_a_matching_206_is_partial_and_a_later_one_must_match_the_pin() -> None:
         answer(206, ("Content-Range", "bytes 1-10/1000"))
 
 
+def test_a_suffix_206_must_end_at_the_end_of_the_file() -> None:
+    last = Asked(0, 10, first=True, suffix=True)
+    assert answer(206, ("Content-Range", "bytes 990-999/1000"), asked=last) == Partial(10, 1000)
+    assert answer(206, ("Content-Range", "bytes 0-4/5"), asked=last) == Partial(5, 5)  # shorter
+    for wrong in ("bytes 0-9/1000", "bytes 989-998/1000", "bytes 991-999/1000"):
+        with pytest.raises(rt.BadResponseError, match=r"the last 10 bytes.*expected bytes 990-999"):
+            answer(206, ("Content-Range", wrong), asked=last)
+
+
 def test_a_200_is_whole_when_small_and_asked_first_else_refused() -> None:
     assert answer(200, ("Content-Length", "50")) == Whole(50)
     assert answer(200, ("Content-Length", "0")) == Empty(body=True)

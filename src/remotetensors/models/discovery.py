@@ -7,10 +7,12 @@ sharded model's shard headers then come in a second round, all concurrently, eac
 window sized from what the index says it holds, so the header phase transfers about the headers'
 bytes and no more. A hub model repo also asks the one-call metadata endpoint in the first round
 (see :mod:`..reading.hub_onecall`). A folder or repo without a safetensors model is looked at
-once more (listed where it can be, else asked for two small files): a diffusers pipeline
+once more (listed where it can be, else asked for the files below at once): a diffusers pipeline
 (``model_index.json``: its components are opened by :mod:`.pipeline`), a PEFT adapter
-(``adapter_config.json`` beside ``adapter_model.safetensors``: see :mod:`.adapter`), or its
-GGUF model, a file or every part of a split one, when it holds exactly one.
+(``adapter_config.json`` beside ``adapter_model.safetensors``: see :mod:`.adapter`), a PyTorch
+model (``pytorch_model.bin``, else ``pytorch_model.bin.index.json`` and its shards: safetensors
+wins where a folder has both, as in transformers), or its GGUF model, a file or every part of a
+split one, when it holds exactly one.
 
 :func:`discover` says what it found in one value, :class:`Discovered`. Every file it opens is
 closed by the caller's :class:`~contextlib.AsyncExitStack`, on failure as on close of the model.
@@ -47,12 +49,24 @@ if TYPE_CHECKING:
     from ..reading.progress import Progress
     from ..sources.resolve import Place
 
-__all__ = ["INDEX_FILE", "SINGLE_FILE", "Discovered", "close_files", "discover"]
+__all__ = [
+    "INDEX_FILE",
+    "SINGLE_FILE",
+    "TORCH_FILE",
+    "TORCH_INDEX_FILE",
+    "Discovered",
+    "close_files",
+    "discover",
+]
 
 log = logging.getLogger(__name__)
 
 SINGLE_FILE = TRANSFORMERS.single
 INDEX_FILE = TRANSFORMERS.index
+TORCH_FILE = TRANSFORMERS.bin_single
+TORCH_INDEX_FILE = TRANSFORMERS.bin_index
+"""A folder's PyTorch model, looked for when it has no safetensors model (which wins when it
+has both, as in transformers)."""
 INDEX_WINDOW_BYTES = 1024 * 1024
 """First request for an index file; longer ones cost one more request for the rest."""
 
@@ -247,26 +261,21 @@ async def _at_folder(
         log.debug("%s: header phase from range reads of the index and shards", location)
         return _weights(await _sharded(place, shard_index, index_name, opened, options, framework))
     assert index_error is not None
-    _no_weights_file(single_error, index_error)
+    _raise_unless_missing(single_error, index_error)
     in_repo = isinstance(single_error, NotFoundError) and single_error.code == "EntryNotFound"
     return await _elsewhere(location, place, weights, in_repo, opened, options, framework)
 
 
-def _no_weights_file(single_error: BaseException, index_error: BaseException) -> None:
-    """Go on looking only when both the single file and the index are simply not there.
-
-    Raises:
-        NotFoundError: the repo or revision is missing; else whichever of the two errors is
-            not "not found".
-    """
-    for error in (single_error, index_error):
-        # The hub says when the repo or revision itself is missing: that, not the files.
+def _raise_unless_missing(*errors: BaseException | None) -> None:
+    """Go on looking only when every file asked for is simply not there: raise the first error
+    that is not a file's absence, the hub's missing repo or revision first (that, not the
+    files, is what the user must hear), then any other failure (a refused ``.bin``, ...)."""
+    for error in errors:
         if isinstance(error, NotFoundError) and error.code in ("RepoNotFound", "RevisionNotFound"):
             raise error
-    if not isinstance(single_error, NotFoundError):
-        raise single_error
-    if not isinstance(index_error, NotFoundError):
-        raise index_error
+    for error in errors:
+        if error is not None and not isinstance(error, NotFoundError):
+            raise error
 
 
 async def _elsewhere(
@@ -293,32 +302,113 @@ async def _elsewhere(
         listing = await place.list_files()
     except NotFoundError:
         listing = None  # the "no model here" below says more
-    pipeline, adapter = await _together(_pipeline_at(place, listing), _adapter_at(place, listing))
+    # Unlisted (plain HTTP), the PyTorch files are asked for in the same round as the small
+    # files; listed, only what the listing shows is opened, and PyTorch's after the others.
+    torch_task = (
+        None
+        if listing is not None
+        else asyncio.ensure_future(_torch_unlisted(place, weights, opened, options, framework))
+    )
+    try:
+        pipeline, adapter = await _together(
+            _pipeline_at(place, listing), _adapter_at(place, listing)
+        )
+    except BaseException:
+        if torch_task is not None:
+            torch_task.cancel()
+            await asyncio.gather(torch_task, return_exceptions=True)
+        raise
     names = tuple(listing) if listing is not None else None
+    if torch_task is not None and (pipeline is not None or adapter is not None):
+        torch_task.cancel()  # its file, if it opened one, is closed with the others
+        await asyncio.gather(torch_task, return_exceptions=True)
     if pipeline is not None:
         return Discovered({}, ModelIndex({}, TensorTable({}), None), ConfigFiles(), pipeline, names)
     if adapter is not None:
         file = await _open(place, ADAPTER_WEIGHTS, opened, options, framework)
         return replace(_weights(_single(ADAPTER_WEIGHTS, file)), adapter=adapter)
+    if listing is not None:
+        torch = await _torch_listed(place, weights, listing, opened, options, framework)
+    else:
+        assert torch_task is not None
+        torch = await torch_task
+    if torch is not None:
+        return _weights(torch)
     diffusers = next((n for n in DIFFUSERS.files() if listing and n in listing), None)
     if diffusers is not None:
         return await _at_name(place, diffusers, opened, options, framework)
     gguf_files = find_gguf(location, place, listing)
     if gguf_files is not None:
         return _weights(await _gguf(place, gguf_files, opened, options, framework))
-    single, index = place.location(weights.single), place.location(weights.index)
+    looked_for = " nor ".join(place.location(name) for name in weights.files())
     if in_repo:
         raise NotFoundError(
-            f"{location}: the repo has no safetensors or GGUF weights where they are looked "
-            f"for: neither {single} nor {index} nor a .gguf file exists, nor a pipeline's "
+            f"{location}: the repo has no safetensors, PyTorch or GGUF weights where they are "
+            f"looked for: neither {looked_for} nor a .gguf file exists, nor a pipeline's "
             f"{PIPELINE_FILE} or an adapter's {ADAPTER_CONFIG}; name a subfolder, a file or "
             "an index explicitly"
         )
     raise NotFoundError(
-        f"{location}: no model here: neither {single} nor {index} exists, nor a pipeline's "
+        f"{location}: no model here: neither {looked_for} exists, nor a pipeline's "
         f"{PIPELINE_FILE} or an adapter's {ADAPTER_CONFIG}; name another file or index "
         "explicitly"
     )
+
+
+async def _torch_listed(
+    place: Place,
+    weights: WeightNames,
+    listing: list[str],
+    opened: list[AsyncTensorFile],
+    options: ReadOptions,
+    framework: str,
+) -> _Weights | None:
+    """The PyTorch model that the folder's ``listing`` shows (``pytorch_model.bin``, else its
+    index and shards, as ``weights`` names them), opened; None when it shows neither."""
+    if weights.bin_single in listing:
+        return _single(
+            weights.bin_single, await _open(place, weights.bin_single, opened, options, framework)
+        )
+    if weights.bin_index in listing:
+        shard_index = await _read_shard_index(place, weights.bin_index)
+        return await _sharded(place, shard_index, weights.bin_index, opened, options, framework)
+    return None
+
+
+async def _torch_unlisted(
+    place: Place,
+    weights: WeightNames,
+    opened: list[AsyncTensorFile],
+    options: ReadOptions,
+    framework: str,
+) -> _Weights | None:
+    """A folder that cannot be listed: its ``pytorch_model.bin`` and its index asked for at
+    once; the single file wins, as for safetensors. None when neither is there.
+
+    Raises:
+        the first error that is not a missing file (a ``.bin`` whose pickle is refused, ...).
+    """
+    single_task = asyncio.ensure_future(
+        _open(place, weights.bin_single, opened, options, framework)
+    )
+    index_task = asyncio.ensure_future(_read_shard_index(place, weights.bin_index))
+    tasks = [single_task, index_task]
+    try:
+        await asyncio.gather(*tasks, return_exceptions=True)
+    except BaseException:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
+    single_error, index_error = single_task.exception(), index_task.exception()
+    if single_error is None:
+        return _single(weights.bin_single, single_task.result())
+    if index_error is None:
+        return await _sharded(
+            place, index_task.result(), weights.bin_index, opened, options, framework
+        )
+    _raise_unless_missing(single_error, index_error)
+    return None
 
 
 async def _together(first: Awaitable[A], second: Awaitable[B]) -> tuple[A, B]:

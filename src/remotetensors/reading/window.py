@@ -8,14 +8,15 @@ from typing import TYPE_CHECKING
 from ..formats import parse_any_header
 from ..formats.gguf import looks_like_gguf
 from ..formats.safetensors import PREFIX_BYTES, header_length
+from ..formats.torch_bin import looks_like_torch_file
 from .gguf import read_gguf_index
 
 if TYPE_CHECKING:
     from ..index import FileIndex
     from ..options import ReadOptions
-    from ..sources.base import BlockingSource, ByteSource
+    from ..sources.base import BlockingSource, ByteSource, Prefix
 
-__all__ = ["WHOLE_FILE_BYTES", "read_index", "read_index_now"]
+__all__ = ["WHOLE_FILE_BYTES", "index_after_prefix", "read_index", "read_index_now"]
 
 
 async def read_index(source: ByteSource, options: ReadOptions) -> tuple[FileIndex, bytes]:
@@ -32,7 +33,12 @@ async def read_index(source: ByteSource, options: ReadOptions) -> tuple[FileInde
         HeaderError: the header is malformed (naming the location).
         and whatever the source raises.
     """
-    prefix = await source.open_prefix(options.header_window_bytes)
+    return await index_after_prefix(source, await source.open_prefix(options.header_window_bytes))
+
+
+async def index_after_prefix(source: ByteSource, prefix: Prefix) -> tuple[FileIndex, bytes]:
+    """:func:`read_index` once the first window, ``prefix``, is in: the rest of the header,
+    if any, and the parser of its format."""
     data = prefix.data
     if looks_like_gguf(data):
         return await read_gguf_index(source, prefix)
@@ -57,9 +63,10 @@ def read_index_now(
     source: BlockingSource, options: ReadOptions
 ) -> tuple[FileIndex, bytes | bytearray] | None:
     """:func:`read_index` in the calling thread, for a source with a blocking twin; None for
-    a GGUF file, whose header is read in growing windows by the async path."""
+    a GGUF file, whose header is read in growing windows by the async path, and for a PyTorch
+    file (see :mod:`.torch_bin`)."""
     prefix = source.open_prefix_now(options.header_window_bytes)
-    if looks_like_gguf(prefix.data):
+    if looks_like_gguf(prefix.data) or looks_like_torch_file(prefix.data):
         return None
     n = header_length(prefix.data, file_size=prefix.size, location=source.location)
     needed = PREFIX_BYTES + n

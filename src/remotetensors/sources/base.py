@@ -34,6 +34,28 @@ class Prefix:
     validator: str | None
 
 
+@dataclass(frozen=True, slots=True)
+class Suffix:
+    """The last bytes of a file, from the request that opened it (a zip's end of central
+    directory lives there).
+
+    Attributes:
+        data: bytes ``[size - len(data), size)`` of the file: as many as asked for, the whole
+            file if it is shorter.
+        size: total size of the file in bytes.
+        validator: as :attr:`Prefix.validator`.
+    """
+
+    data: bytes
+    size: int
+    validator: str | None
+
+    @property
+    def start(self) -> int:
+        """Absolute offset of ``data``'s first byte."""
+        return self.size - len(self.data)
+
+
 class BlockingSource(Protocol):
     """The ``ByteSource`` operations as plain functions that block the calling thread."""
 
@@ -50,8 +72,8 @@ class BlockingSource(Protocol):
 class ByteSource(abc.ABC):
     """Bytes of one file somewhere.
 
-    ``open_prefix`` is called first and once; it fixes the size and the validator. Every later
-    read is checked against them: a source raises
+    ``open_prefix`` (or ``open_suffix``) is called first and once; it fixes the size and the
+    validator. Every later read is checked against them: a source raises
     :class:`~remotetensors.errors.RemoteFileChangedError` rather than return bytes of another
     version of the file, as far as the backend can tell versions apart (one that reports only
     a size cannot see a rewrite that keeps it; see each source). Reads may run concurrently.
@@ -69,6 +91,22 @@ class ByteSource(abc.ABC):
         Raises:
             NotFoundError, PermissionDeniedError, TransportError, BadResponseError.
         """
+
+    async def open_suffix(self, length: int) -> Suffix:
+        """Fetch bytes ``[max(0, size - length), size)`` and learn the size: the other first
+        call (instead of :meth:`open_prefix`), for formats whose index sits at the end.
+
+        One request where the backend can ask for a suffix (HTTP, local files, fsspec); this
+        default takes two, a one-byte prefix and then the tail.
+
+        Raises:
+            as :meth:`open_prefix`.
+        """
+        prefix = await self.open_prefix(1)
+        start = max(0, prefix.size - length)
+        if start == 0 and prefix.size <= len(prefix.data):
+            return Suffix(prefix.data, prefix.size, prefix.validator)
+        return Suffix(await self.read(start, prefix.size), prefix.size, prefix.validator)
 
     @abc.abstractmethod
     async def read_into(self, start: int, buffer: memoryview) -> None:
@@ -184,6 +222,16 @@ class CountingSource(ByteSource):
             prefix = await self.inner.open_prefix(length)
             received = len(prefix.data)
             return prefix
+        finally:
+            self.traffic._end(received)
+
+    async def open_suffix(self, length: int) -> Suffix:
+        self.traffic._begin()
+        received = 0
+        try:
+            suffix = await self.inner.open_suffix(length)
+            received = len(suffix.data)
+            return suffix
         finally:
             self.traffic._end(received)
 

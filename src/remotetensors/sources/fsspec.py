@@ -60,7 +60,7 @@ from ..errors import (
     TransportError,
 )
 from ..redact import redact_text, redact_url, url_secrets
-from .base import ByteSource, Prefix
+from .base import ByteSource, Prefix, Suffix
 from .http.answer import Failed, follow
 from .http.policy import carried, origin
 from .recipe import SourceRecipe
@@ -196,6 +196,27 @@ class FsspecSource(ByteSource):
         if self._is_s3:
             data = await self._s3_get(0, length, first=True)
             return Prefix(data, self._size, self._validator)
+        await self._learn_version()
+        end = min(length, self._size)
+        data = await self._cat(0, end) if end else b""
+        return Prefix(bytes(data), self._size, self._validator)
+
+    async def open_suffix(self, length: int) -> Suffix:
+        if self._is_s3:  # one request: S3 answers a suffix range
+            data = await self._s3_get(0, length, first=True, suffix=True)
+            return Suffix(data, self._size, self._validator)
+        await self._learn_version()
+        start = max(0, self._size - length)
+        data = await self._cat(start, self._size) if self._size else b""
+        return Suffix(bytes(data), self._size, self._validator)
+
+    async def _learn_version(self) -> None:
+        """Ask ``info`` afresh and keep the size, validator and read conditions it gives (the
+        first call of a source other than S3).
+
+        Raises:
+            NotFoundError: the location is missing or a directory.
+        """
         info = await self._fresh_info()
         if info.get("type") == "directory":
             raise NotFoundError(f"{self._url}: is a directory, not a file")
@@ -203,9 +224,6 @@ class FsspecSource(ByteSource):
         self._size = self._version.size
         self._validator = self._version.validator
         self._conditions = self._read_conditions(info)
-        end = min(length, self._size)
-        data = await self._cat(0, end) if end else b""
-        return Prefix(bytes(data), self._size, self._validator)
 
     def recipe(self) -> SourceRecipe:
         if self._storage_options is None:
@@ -357,7 +375,13 @@ class FsspecSource(ByteSource):
             return await coroutine
         return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coroutine, loop))
 
-    async def _s3_get(self, start: int, end: int, *, first: bool) -> bytes:
+    async def _s3_get(self, start: int, end: int, *, first: bool, suffix: bool = False) -> bytes:
+        """Bytes ``[start, end)`` of the object (on the first request ``end`` may lie beyond
+        it); with ``suffix`` (a first request) its last ``end`` bytes instead.
+
+        Raises:
+            BadResponseError, RemoteFileChangedError, and what :meth:`_translate` gives.
+        """
         bucket, key, version = self._fs.split_path(self._path)
         extra: dict[str, Any] = {}
         if version:
@@ -367,7 +391,10 @@ class FsspecSource(ByteSource):
         try:
             response, data = await self._on_own_loop(
                 self._s3_get_object(
-                    Bucket=bucket, Key=key, Range=f"bytes={start}-{end - 1}", **extra
+                    Bucket=bucket,
+                    Key=key,
+                    Range=f"bytes=-{end}" if suffix else f"bytes={start}-{end - 1}",
+                    **extra,
                 )
             )
         except Exception as exc:
@@ -376,6 +403,10 @@ class FsspecSource(ByteSource):
                 return b""
             raise self._translate(exc) from exc
         match = _CONTENT_RANGE.fullmatch(str(response.get("ContentRange", "")))
+        if match is None and suffix and not data and response.get("ContentLength") == 0:
+            self._size = 0  # an empty object answers a suffix range whole (no ContentRange)
+            self._validator = response.get("ETag")
+            return b""
         if match is None:
             raise BadResponseError(
                 f"{self._url}: a ranged GET came back without a usable ContentRange "
@@ -392,10 +423,12 @@ class FsspecSource(ByteSource):
                 f"ETag {self._validator}; now size {total}, ETag {etag})"
             )
         expected_end = min(end, total) if first else end
+        if suffix:
+            start, expected_end = max(0, total - end), total
         if int(match.group(1)) != start or int(match.group(2)) != expected_end - 1:
+            asked = f"the last {end} bytes" if suffix else f"bytes {start}-{end - 1}"
             raise BadResponseError(
-                f"{self._url}: asked for bytes {start}-{end - 1}, got ContentRange "
-                f"{response.get('ContentRange')!r}"
+                f"{self._url}: asked for {asked}, got ContentRange {response.get('ContentRange')!r}"
             )
         return data
 

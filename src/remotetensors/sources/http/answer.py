@@ -63,6 +63,8 @@ class Asked(NamedTuple):
     URLs it was redirected from so far, oldest first (``()`` before any redirect).
 
     On the first request ``end`` may lie beyond the file: the answer then stops at its end.
+    A ``suffix`` request (a first one only) asks for the file's last ``end`` bytes
+    (``Range: bytes=-end``; ``start`` is 0), all of it when it is shorter.
     (This and the decisions are named tuples: immutable, and a third of a frozen dataclass's
     cost to build, which every request pays.)"""
 
@@ -70,6 +72,13 @@ class Asked(NamedTuple):
     end: int
     first: bool
     visited: tuple[str, ...] = ()
+    suffix: bool = False
+
+    def range_text(self) -> str:
+        """The bytes asked, in words for messages (``bytes 10-19``, ``the last 64 bytes``)."""
+        if self.suffix:
+            return f"the last {self.end} bytes"
+        return f"bytes {self.start}-{self.end - 1}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,16 +230,19 @@ def _partial(headers: ResponseHeaders, asked: Asked, pin: VersionPin, shown: str
     match = _CONTENT_RANGE.match(header)
     if match is None or match.group(3) == "*":
         raise BadResponseError(
-            f"{shown}: asked for bytes {start}-{end - 1}, got HTTP 206 with "
+            f"{shown}: asked for {asked.range_text()}, got HTTP 206 with "
             f"Content-Range {header!r}, which does not give the file size"
         )
     first_byte, last_byte, total = int(match.group(1)), int(match.group(2)), int(match.group(3))
     if not asked.first:
         pin.check(headers, total, shown)
-    expected_last = min(end, total) - 1 if asked.first else end - 1
+    if asked.suffix:  # the last ``end`` bytes, or the whole file when it is shorter
+        start, expected_last = max(0, total - end), total - 1
+    else:
+        expected_last = min(end, total) - 1 if asked.first else end - 1
     if first_byte != start or last_byte != expected_last:
         raise BadResponseError(
-            f"{shown}: asked for bytes {start}-{end - 1}, got Content-Range {header!r} "
+            f"{shown}: asked for {asked.range_text()}, got Content-Range {header!r} "
             f"(expected bytes {start}-{expected_last}/{total})"
         )
     return Partial(last_byte - first_byte + 1, total)

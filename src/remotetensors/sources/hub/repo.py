@@ -33,7 +33,7 @@ from ...errors import (
     PermissionDeniedError,
     RemoteFileChangedError,
 )
-from ..base import Prefix
+from ..base import Prefix, Suffix
 from ..http.answer import status_error
 from ..http.client import HttpOptions
 from ..http.policy import headers_for
@@ -377,3 +377,8 @@ class HubSource(HttpSource):
         # re-resolution of an expired redirect cannot land on a newer commit.
         self._rename(self._repo.url(self._path))
         return prefix
+
+    async def open_suffix(self, length: int) -> Suffix:
+        suffix = await super().open_suffix(length)
+        self._rename(self._repo.url(self._path))  # as open_prefix does, for the same reason
+        return suffix
