@@ -136,6 +136,13 @@ def test_a_bin_named_explicitly_and_one_beside_no_safetensors(
     assert bin_requests == ["bytes=-65536"]  # a small file: its end is all of it
     with rt.open_model(folder) as model:  # a local folder: discovered
         np.testing.assert_array_equal(model.get_tensor("a"), state["a"].numpy())
+    log.clear()
+    with rt.open_model(f"{base}/bin-folder/") as model:  # an HTTP folder: cannot be listed
+        np.testing.assert_array_equal(model.get_tensor("a"), state["a"].numpy())
+    # safetensors' two files, then in one round the pipeline's, the adapter's and PyTorch's
+    assert log.for_path("pytorch_model.bin.index.json")
+    assert log.for_path("model_index.json")
+    assert log.for_path("adapter_config.json")
 
 
 def test_a_torch_zip_under_another_name_is_read_from_its_start(
