@@ -17,10 +17,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import shutil
 import sys
+import textwrap
 import warnings
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TextIO
 
 from .. import __version__
 from ..errors import RemoteTensorsError
@@ -84,13 +86,22 @@ def _one_line_warnings() -> Iterator[None]:
 
     def show(message: Warning | str, category: type[Warning], *args: Any, **kwargs: Any) -> None:
         one_line = " ".join(redact_text(str(message)).split())
-        print(f"remotetensors: warning: {one_line}", file=sys.stderr)
+        print(_fit_terminal(f"remotetensors: warning: {one_line}", sys.stderr), file=sys.stderr)
 
     warnings.showwarning = show
     try:
         yield
     finally:
         warnings.showwarning = shown
+
+
+def _fit_terminal(line: str, stream: TextIO) -> str:
+    """``line`` wrapped to the terminal's width when ``stream`` is a terminal (a cut word
+    would be lost off the right edge), else as it is: logs and pipes get one line each."""
+    if not stream.isatty():
+        return line
+    width = shutil.get_terminal_size().columns
+    return textwrap.fill(line, width, subsequent_indent="  ", break_on_hyphens=False)
 
 
 def _error(message: str) -> None:

@@ -165,7 +165,7 @@ def find_experts(
         )
     if problems:  # experts there, but not how many: the active count is unknown
         return MixtureOfExperts(configured or 0, per_token, 0, ()), tuple(problems)
-    problems += _check(cfg, layers, configured, per_token, source)
+    problems += _check(cfg, layers, configured, per_token, source, has_config=config is not None)
     shared_count = positive_int(cfg, "n_shared_experts") or (1 if shared else 0)
     moe = MixtureOfExperts(configured or layers[0].experts, per_token, shared_count, tuple(layers))
     return moe, tuple(problems)
@@ -193,10 +193,18 @@ def _check(
     configured: int | None,
     per_token: int | None,
     source: str,
+    *,
+    has_config: bool = True,
 ) -> list[str]:
-    """What the config says that the tensors contradict, or that is missing."""
+    """What the config says that the tensors contradict, or that is missing (``has_config``:
+    whether there is a config at all)."""
     problems = []
-    if per_token is None:
+    if per_token is None and not has_config:
+        problems.append(
+            f"routed experts are stored ({len(layers)} MoE layer(s)) but there is no {source} "
+            "to say how many a token uses; the active count is unknown"
+        )
+    elif per_token is None:
         problems.append(
             f"{source}: routed experts are stored ({len(layers)} MoE layer(s)) but no key says "
             f"how many a token uses ({', '.join(PER_TOKEN_KEYS)}); the active count is unknown"
