@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -24,3 +25,16 @@ def fresh_rate_limiters(monkeypatch: pytest.MonkeyPatch) -> None:
     exhausted policy of one test's server would hold back the next one's requests (up to
     ``MAX_WAIT_SECONDS``, five minutes), a hang with nothing on the wire."""
     monkeypatch.setattr(ratelimit, "_registry", {})
+
+
+@pytest.fixture(autouse=True)
+def own_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Each test has a persistent cache of its own, in a fresh folder: a test never writes to
+    the user's real cache, and one test's entries never serve another's requests (tests count
+    requests). Offline mode is off unless a test turns it on."""
+    folder = tmp_path_factory.mktemp("cache")
+    monkeypatch.setenv("REMOTETENSORS_CACHE", str(folder))
+    monkeypatch.delenv("REMOTETENSORS_CACHE_MAX_BYTES", raising=False)
+    for variable in ("REMOTETENSORS_OFFLINE", "HF_HUB_OFFLINE"):
+        monkeypatch.delenv(variable, raising=False)
+    return folder

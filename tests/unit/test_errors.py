@@ -129,6 +129,7 @@ PUBLIC_NAMES = {
     "TensorView",
     "Traffic",
     "compare",
+    "OfflineError",
 }
 
 

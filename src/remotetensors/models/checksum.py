@@ -48,7 +48,8 @@ async def verify_checksum_async(
     """
     make = (lambda: hashlib.new(hasher)) if isinstance(hasher, str) else hasher
     expected = bytes.fromhex(digest) if isinstance(digest, str) else bytes(digest)
-    source = open_source(location, http_options=http_options)
+    # Not through the persistent cache: a checksum is of the bytes the server has now.
+    source = open_source(location, http_options=http_options, cache=False)
     try:
         state = make()
         prefix = await source.open_prefix(STREAM_CHUNK_BYTES)

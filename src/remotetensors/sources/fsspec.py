@@ -61,6 +61,7 @@ from ..errors import (
 )
 from ..redact import redact_text, redact_url, url_secrets
 from .base import ByteSource, Prefix
+from .cache.offline import offline, offline_error
 from .http.answer import Failed, follow
 from .http.policy import carried, origin
 from .recipe import SourceRecipe
@@ -263,6 +264,7 @@ class FsspecSource(ByteSource):
         Raises:
             NotFoundError: the file is gone; and what :meth:`_translate` makes of the rest.
         """
+        self._check_online()
         if self._is_async():
             data = await self._call(
                 "cat_file", self._path, start=start, end=end, **self._http_rules()
@@ -333,7 +335,12 @@ class FsspecSource(ByteSource):
             )
 
     async def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
-        """A filesystem method: its async twin on async filesystems, else on a worker thread."""
+        """A filesystem method: its async twin on async filesystems, else on a worker thread.
+
+        Raises:
+            OfflineError: offline mode is on (nothing is asked of the filesystem).
+        """
+        self._check_online()
         try:
             if self._is_async():
                 return await self._on_own_loop(getattr(self._fs, f"_{method}")(*args, **kwargs))
@@ -357,7 +364,13 @@ class FsspecSource(ByteSource):
             return await coroutine
         return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coroutine, loop))
 
+    def _check_online(self) -> None:
+        # A local or in-memory filesystem asks no network; every other one may.
+        if offline() and not local_protocol(self._fs):
+            raise offline_error(self._url)
+
     async def _s3_get(self, start: int, end: int, *, first: bool) -> bytes:
+        self._check_online()
         bucket, key, version = self._fs.split_path(self._path)
         extra: dict[str, Any] = {}
         if version:
@@ -540,3 +553,9 @@ def _refused_precondition(exc: BaseException) -> bool:
     if "PreconditionFailed" in text or "pre-conditions" in text:
         return True
     return any(getattr(seen, "status", None) == 412 for seen in _chain(exc))
+
+
+def local_protocol(fs: fsspec.AbstractFileSystem) -> bool:
+    """Whether ``fs`` reads this machine only (local files, memory): allowed offline."""
+    protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
+    return protocol in ("file", "local", "memory")

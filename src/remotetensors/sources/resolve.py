@@ -17,9 +17,12 @@ from urllib.parse import unquote, urlsplit
 from ..errors import LocationError
 from ..redact import redact_url
 from .base import CountingSource, Traffic
+from .cache.offline import offline, offline_error
+from .cache.store import default_store
 from .http.client import HttpOptions
 from .http.source import HttpSource
-from .hub.repo import HubPath, HubRepo, is_hub_location
+from .hub.cached import HubCachedSource
+from .hub.repo import HubPath, HubRepo, HubSource, is_hub_location
 from .local import LocalSource
 from .names import names_file, scheme_of
 
@@ -27,6 +30,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from .base import ByteSource
+    from .cache.store import CacheStore
     from .http.client import Client
 
 
@@ -51,9 +55,14 @@ class Place(ABC):
     def _source(self, name: str) -> ByteSource:
         """A source for file ``name``, not counted."""
 
-    def open(self, name: str) -> ByteSource:
-        """A source for file ``name`` of this place, its reads counted in ``traffic[name]``."""
-        return CountingSource(self._source(name), self.traffic.setdefault(name, Traffic()))
+    def open(self, name: str) -> CountingSource:
+        """A source for file ``name`` of this place, its reads counted in ``traffic[name]``
+        (and, where the place has a persistent cache, that cache in front of it)."""
+        return self._counted(self._source(name), self.traffic.setdefault(name, Traffic()))
+
+    def _counted(self, source: ByteSource, traffic: Traffic) -> CountingSource:
+        """``source`` counted in ``traffic``; a place with a cache puts it in front."""
+        return CountingSource(source, traffic)
 
     async def list_files(self) -> list[str] | None:
         """The names of the files in this place (relative paths; recursive for a hub repo), or
@@ -152,8 +161,12 @@ class FsspecPlace(Place):
 
         import fsspec
 
+        from .fsspec import local_protocol
+
         def listing() -> list[str]:
             fs, path = fsspec.core.url_to_fs(self.base, **dict(self.storage_options or {}))
+            if offline() and not local_protocol(fs):
+                raise offline_error(self.location(""), "its listing")
             try:
                 entries = fs.ls(path, detail=False)
             except FileNotFoundError:
@@ -182,6 +195,12 @@ class HubPlace(Place):
     def _source(self, name: str) -> ByteSource:
         return self.repo.source(self.path.child(name).path)
 
+    def _counted(self, source: ByteSource, traffic: Traffic) -> CountingSource:
+        store = self.repo.store
+        if store is not None and isinstance(source, HubSource):
+            return HubCachedSource(source, traffic, store)
+        return CountingSource(source, traffic)
+
     async def list_files(self) -> list[str] | None:
         return await self.repo.list_files(self.path.path)
 
@@ -194,11 +213,14 @@ def split_location(
     http_options: HttpOptions | None = None,
     client: Client | None = None,
     storage_options: Mapping[str, Any] | None = None,
+    cache: bool = True,
 ) -> tuple[Place, str | None]:
     """The place of a model location, and the file name when it names one file.
 
     No IO happens here, except asking a local path whether it is a folder: whether remote
-    files exist is found out by opening them.
+    files exist is found out by opening them. ``cache``: put the persistent cache
+    (:func:`.cache.store.default_store`) in front of the place's files where it keeps them
+    (hub repos, HTTP servers).
     """
     text = os.fspath(location)
     scheme = scheme_of(text)
@@ -210,7 +232,8 @@ def split_location(
         if names_file(parsed.path):
             folder, name = posixpath.split(parsed.path)
             parsed = HubPath(parsed.repo_type, parsed.repo_id, parsed.revision, folder)
-        repo = HubRepo(parsed, token=token, http_options=http_options, client=client)
+        store = _store(cache)
+        repo = HubRepo(parsed, token=token, http_options=http_options, client=client, store=store)
         return HubPlace(repo, parsed), name
     if scheme in ("", "file"):
         path = unquote(urlsplit(text).path) if scheme == "file" else text
@@ -250,13 +273,21 @@ def open_source(
     storage_options: Mapping[str, Any] | None = None,
     token: str | bool | None = None,
     revision: str | None = None,
+    cache: bool = True,
 ) -> ByteSource:
     """The source for one file: ``http(s)://``, ``hf://``, ``file://``, a local path, or any
-    other fsspec URL (``s3://``, ``gs://``, ``memory://``, ``simplecache::s3://``, ...)."""
+    other fsspec URL (``s3://``, ``gs://``, ``memory://``, ``simplecache::s3://``, ...);
+    ``cache``: with the persistent cache in front where it keeps files (see
+    :func:`split_location`)."""
     text = os.fspath(location)
     if is_hub_location(text):
         place, name = split_location(
-            text, revision=revision, token=token, http_options=http_options, client=client
+            text,
+            revision=revision,
+            token=token,
+            http_options=http_options,
+            client=client,
+            cache=cache,
         )
         if name is None:
             raise LocationError(f"{text}: names a repo or folder, not a file; use open_model")
@@ -270,3 +301,8 @@ def open_source(
     from .fsspec import FsspecSource
 
     return FsspecSource(text, storage_options=storage_options)
+
+
+def _store(cache: bool) -> CacheStore | None:
+    """The persistent cache when ``cache`` asks for it (see :func:`.cache.store.default_store`)."""
+    return default_store() if cache else None

@@ -53,6 +53,7 @@ from ...ranges import ByteRange
 from ...redact import redact_url
 from ...status import Retrying, retrying
 from ..base import ByteSource, Prefix
+from ..cache.offline import offline, offline_error
 from ..ratelimit import RouteLimiter, limiter_for
 from ..recipe import SourceRecipe
 from . import client as client_module
@@ -259,6 +260,12 @@ class HttpSource(ByteSource):
         # A copy, not a resize: a retried attempt's traceback may still hold a view of buffer.
         return Prefix(bytes(buffer[:received]), self._pin.size, self._pin.validator)
 
+    def assume_version(self, size: int, etag: str | None, last_modified: str | None) -> None:
+        """Take the version of ``size`` bytes with these validators as opened, without a
+        request (a persistent cache holds its header): later reads are tied to it as to the
+        version a first answer shows (conditions sent, every answer checked)."""
+        self._pin.restore(size, etag, last_modified)
+
     async def read_into(self, start: int, buffer: memoryview) -> None:
         end = start + len(buffer)
         size = self._pin.size
@@ -282,7 +289,12 @@ class HttpSource(ByteSource):
 
         On the first request ``end`` may exceed the file: the answer then stops at its end.
         Every attempt runs under the throughput floor, and all of them under the deadline.
+
+        Raises:
+            OfflineError: offline mode is on (no request is sent).
         """
+        if offline():
+            raise offline_error(self._shown)
         options = self._options
         deadline = (
             None
