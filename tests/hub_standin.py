@@ -315,7 +315,9 @@ class HubStandIn:
         return web.json_response(page, headers=headers)
 
     def _revision(self, request: web.Request, entry: Entry, tail: str) -> web.Response:
-        match = re.fullmatch(r"api/(models|datasets|spaces)/([^/]+/[^/]+)/revision/([^/]+)", tail)
+        match = re.fullmatch(
+            r"api/(models|datasets|spaces)/((?:[^/]+/)?[^/]+)/revision/([^/]+)", tail
+        )
         if match is None:
             entry.status = 404
             return web.Response(status=404, text="unknown route")

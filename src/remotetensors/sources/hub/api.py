@@ -63,12 +63,17 @@ def endpoint_support(endpoint: str, store: CacheStore | None = None) -> bool | N
 
 
 def _learn(repo: HubRepo, has: bool) -> None:
-    if _support.get(repo.endpoint) is has:
-        return
+    """Whether the endpoint has the route, for this process and the cache (written when the
+    cache does not say so already: a later process must find it)."""
     _support[repo.endpoint] = has
-    if repo.store is not None:
+    store = repo.store
+    if store is None:
+        return
+    key = keys.hub_support(repo.endpoint)
+    entry = store.get(key)
+    if entry is None or entry.meta.get("has") is not has:
         meta = {"kind": "route", "shown": f"{repo.endpoint} (one-call metadata)", "has": has}
-        repo.store.put(keys.hub_support(repo.endpoint), meta)
+        store.put(key, meta)
 
 
 async def fetch_sharded_metadata(repo: HubRepo, index_path: str) -> MetadataAnswer:

@@ -51,6 +51,7 @@ class HubCachedSource(CachedSource):
         await repo.settle()
         if not repo.pinned:
             return None  # a first visit: the commit is not known before the first answer
+        self._hub.follow_pin()  # a file not kept is read at the visit's commit, not the branch
         at = self._at()
         entry = self.store.get(at)
         kind = entry.meta.get("kind") if entry is not None else None

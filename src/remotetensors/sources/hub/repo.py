@@ -513,9 +513,15 @@ class HubSource(HttpSource):
         return self._path
 
     def assume_version(self, size: int, etag: str | None, last_modified: str | None) -> None:
-        # At the pinned commit from now on, as after a first answer (see open_prefix).
         super().assume_version(size, etag, last_modified)
-        self._rename(self._repo.url(self._path))
+        self.follow_pin()
+
+    def follow_pin(self) -> None:
+        """Ask for the file at the repo's pinned commit from now on (pinned before this file
+        was asked for: by the visit's :meth:`HubRepo.settle`), as after its first answer (see
+        :meth:`open_prefix`)."""
+        if self._repo.pinned:
+            self._rename(self._repo.url(self._path))
 
     def _status_error(
         self, status: int, url: str, headers: ResponseHeaders | None = None
