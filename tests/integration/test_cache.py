@@ -203,7 +203,8 @@ def test_corrupted_entries_are_dropped_and_rewritten(
     first = counts(rt.scan(expected, concurrency=4))
     cache = store()
     paths = [info.path for info in cache.entries()]
-    assert paths and all(info.ok for info in cache.entries())
+    assert paths
+    assert all(info.ok for info in cache.entries())
     for path in paths:  # one byte flipped in each, in place
         data = bytearray(path.read_bytes())
         data[len(data) // 2] ^= 0x20
@@ -280,7 +281,8 @@ def test_two_processes_scan_at_once_sharing_the_folder(
             assert json.loads(out) == expected
     cache = store()
     infos = list(cache.entries())
-    assert infos and all(info.ok for info in infos)
+    assert infos
+    assert all(info.ok for info in infos)
     assert not list((cache.folder / "entries").glob("*/*.part"))
     # Consistent: offline, this process counts every repo from what the two left.
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")

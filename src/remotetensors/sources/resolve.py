@@ -19,6 +19,7 @@ from ..redact import redact_url
 from .base import CountingSource, Traffic
 from .cache.offline import offline, offline_error
 from .cache.store import default_store
+from .http.cached import HttpCachedSource
 from .http.client import HttpOptions
 from .http.source import HttpSource
 from .hub.cached import HubCachedSource
@@ -113,6 +114,8 @@ class HttpPlace(Place):
     queries: Mapping[str, str] = field(default_factory=dict)
     """File name -> the query of its URL (``"?X-Amz-Signature=..."``), for the file the user
     named with one: its name (in the model's files, tables and traffic) carries no secret."""
+    store: CacheStore | None = None
+    """The persistent cache in front of the files, or None."""
 
     def location(self, name: str) -> str:
         return redact_url(self._url(name))
@@ -121,7 +124,12 @@ class HttpPlace(Place):
         return f"{self.base}/{name}{self.queries.get(name, '')}"
 
     def _source(self, name: str) -> ByteSource:
-        return open_source(self._url(name), http_options=self.http_options, client=self.client)
+        return HttpSource(self._url(name), client=self.client, options=self.http_options)
+
+    def _counted(self, source: ByteSource, traffic: Traffic) -> CountingSource:
+        if self.store is not None and isinstance(source, HttpSource):
+            return HttpCachedSource(source, traffic, self.store)
+        return CountingSource(source, traffic)
 
     def __repr__(self) -> str:
         # Not the dataclass's: the base may hold a password, the queries signatures.
@@ -249,7 +257,7 @@ def split_location(
         name, mark, query = last.partition("?")
         base, queries = head, ({name: mark + query} if mark else {})
     if scheme in ("http", "https"):
-        return HttpPlace(base, http_options, client, queries=queries), name
+        return HttpPlace(base, http_options, client, queries=queries, store=_store(cache)), name
     return FsspecPlace(base, storage_options, queries=queries), name
 
 
@@ -296,7 +304,9 @@ def open_source(
     if local is not None:
         return local
     if scheme_of(text) in ("http", "https"):
-        return HttpSource(text, client=client, options=http_options)
+        http = HttpSource(text, client=client, options=http_options)
+        store = _store(cache)
+        return http if store is None else HttpCachedSource(http, None, store)
     # Imported here: fsspec costs ~100 ms to import, and only fsspec URLs need it.
     from .fsspec import FsspecSource
 

@@ -169,9 +169,12 @@ class CachedSource(CountingSource):
             NotFoundError: the cache knows the file does not exist at the version asked for,
                 or the network says so; and whatever the source raises.
         """
-        found = await self._lookup()
+        found: Found | Absent | Prefix | None = await self._lookup()
         if found is None and not offline():
             found = await self._revalidate(length)
+        if isinstance(found, Prefix):  # the revalidation found a new version: it is open
+            self._keys, self._kept = self._opened(found)
+            return found
         if isinstance(found, Absent):
             raise self._absent_error()
         if found is not None:
@@ -217,8 +220,9 @@ class CachedSource(CountingSource):
         of the file is served."""
         return None
 
-    async def _revalidate(self, length: int) -> Found | Absent | None:
-        """A kept version that one cheap request confirmed (it is counted), or None: read."""
+    async def _revalidate(self, length: int) -> Found | Absent | Prefix | None:
+        """A kept version that one cheap request confirmed, or the prefix of the new version
+        that request opened instead (it is counted either way); None: open as usual."""
         return None
 
     def _opened(self, prefix: Prefix) -> tuple[tuple[str, ...], Kept]:
