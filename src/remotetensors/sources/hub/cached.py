@@ -72,10 +72,11 @@ class HubCachedSource(CachedSource):
         if listed is None:
             self.store.put(at, {"kind": "absent", "shown": self.location})
             return ABSENT
-        blob = self._blob(listed.content_id)
-        if blob is None or blob[1].size != listed.size:
+        content = listed.content_id
+        blob = self._blob(content) if content is not None else None
+        if blob is None or listed.size not in (None, blob[1].size):
             return None
-        self._content = listed.content_id
+        self._content = content
         self._point(at)
         return blob[1], (blob[0], at)
 

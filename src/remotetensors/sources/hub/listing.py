@@ -30,27 +30,27 @@ class ListedFile:
 
     Attributes:
         path: its path in the repo.
-        size: its size in bytes, as the hub lists it.
-        oid: its git blob id.
+        size: its size in bytes, as the hub lists it (None when it does not).
+        oid: its git blob id (``""`` when the listing gives none).
         sha256: its LFS SHA-256, or None for a file not in LFS.
     """
 
     path: str
-    size: int
-    oid: str
+    size: int | None
+    oid: str = ""
     sha256: str | None = None
 
     @property
-    def content_id(self) -> str:
-        """The LFS sha256, else the git blob id."""
-        return self.sha256 or self.oid
+    def content_id(self) -> str | None:
+        """The LFS sha256, else the git blob id; None when the listing gives neither."""
+        return self.sha256 or self.oid or None
 
 
 def page_files(body: bytes, shown: str) -> list[ListedFile]:
     """The files in one page of a tree listing (its folders left out).
 
     Raises:
-        BadResponseError: the page is not a JSON list of entries with a path, size and oid.
+        BadResponseError: the page is not a JSON list of entries, each with a path.
     """
     try:
         entries = json.loads(body)
@@ -64,7 +64,10 @@ def page_files(body: bytes, shown: str) -> list[ListedFile]:
 def _file(entry: dict[str, Any]) -> ListedFile:
     lfs = entry.get("lfs")
     sha256 = str(lfs["oid"]) if isinstance(lfs, dict) and lfs.get("oid") else None
-    return ListedFile(str(entry["path"]), int(entry.get("size", 0)), str(entry["oid"]), sha256)
+    oid, size = entry.get("oid"), entry.get("size")
+    return ListedFile(
+        str(entry["path"]), None if size is None else int(size), str(oid or ""), sha256
+    )
 
 
 def dump_listing(files: Iterable[ListedFile]) -> bytes:
@@ -79,7 +82,8 @@ def load_listing(data: bytes) -> list[ListedFile] | None:
     try:
         rows = json.loads(data)
         return [
-            ListedFile(str(p), int(s), str(o), None if h is None else str(h)) for p, s, o, h in rows
+            ListedFile(str(p), None if s is None else int(s), str(o), None if h is None else str(h))
+            for p, s, o, h in rows
         ]
     except (ValueError, TypeError):
         return None

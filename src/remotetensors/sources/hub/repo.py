@@ -565,7 +565,7 @@ class HubSource(HttpSource):
                 listed.append((linked.strip(), "its X-Linked-Size"))
         entries = self._repo.listed(posixpath.dirname(self._path)) or ()
         entry = next((f for f in entries if f.path == self._path), None)
-        if entry is not None:
+        if entry is not None and entry.size is not None:
             listed.append((str(entry.size), "the repo's file listing"))
         for value, said in listed:
             if value != str(size):
