@@ -75,6 +75,7 @@ class HubStandIn:
         self.faults: list[tuple[str, int, dict[str, str]]] = []
         self.before: Callable[[str], Awaitable[None]] | None = None
         self.listed_sizes: dict[str, int] = {}
+        self.listed_sha256: dict[str, str] = {}
         self._blobs: dict[str, bytes] = {}
         app = web.Application()
         app.router.add_route("*", "/{tail:.+}", self._resolve)
@@ -303,7 +304,8 @@ class HubStandIn:
                 "oid": hashlib.sha1(data).hexdigest(),
             }
             if len(data) >= LFS_THRESHOLD:
-                item["lfs"] = {"oid": hashlib.sha256(data).hexdigest(), "size": size}
+                sha = self.listed_sha256.get(path, hashlib.sha256(data).hexdigest())
+                item["lfs"] = {"oid": sha, "size": size}
             listed.append(item)
         start = int(request.query.get("cursor", "0"))
         page = listed[start : start + TREE_PAGE]
