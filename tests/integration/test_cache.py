@@ -148,6 +148,21 @@ def test_after_five_repos_change_one_file_each(hub_env: HubStandIn, one_call: bo
         assert set(reads) <= {name}, (location, reads)
 
 
+def test_etags_that_are_no_content_ids_never_name_bytes(hub_env: HubStandIn) -> None:
+    # A server answering for a hub whose ETags are no content hashes (here: the size): two
+    # different files of one size must not be taken for one, on a later visit either.
+    hub_env.size_etags = True
+    one = {"model.safetensors": write_reference({"w": np.ones(40, np.int8)})}
+    other = {"model.safetensors": write_reference({"w": np.ones(20, np.int16)})}
+    assert len(one["model.safetensors"]) == len(other["model.safetensors"])
+    hub_env.add("org/one", one)
+    hub_env.add("org/other", other)
+    expected = {"hf://org/one": {"I8": 40}, "hf://org/other": {"I16": 20}}
+    for _ in range(3):
+        found = {r.location: r.summary.by_dtype for r in rt.scan(expected) if r.summary}
+        assert found == expected
+
+
 # --- offline ------------------------------------------------------------------------------------
 
 

@@ -201,3 +201,18 @@ def test_offline_switches(monkeypatch: pytest.MonkeyPatch) -> None:
     assert isinstance(error, ConnectionError)
     assert str(error).startswith("hf://org/x/model.safetensors: offline (HF_HUB_OFFLINE is set)")
     assert "run once online" in str(error)
+
+
+def test_only_a_hub_content_id_names_bytes() -> None:
+    from remotetensors.sources.hub.listing import ListedFile, content_id_of_answer
+
+    sha1, sha256 = "a" * 40, "b" * 64
+    commit = {"X-Repo-Commit": "c" * 40}
+    assert content_id_of_answer([{**commit, "ETag": f'"{sha1}"'}]) == sha1
+    assert content_id_of_answer([{**commit, "X-Linked-Etag": f'"{sha256}"', "ETag": '"x"'}]) == (
+        sha256
+    )
+    assert content_id_of_answer([{**commit, "ETag": '"1234-5678"'}]) is None  # size and date
+    assert content_id_of_answer([{"ETag": f'"{sha1}"'}]) is None  # not the hub's own answer
+    assert ListedFile("p", 1, sha1, sha256).content_id == sha256
+    assert ListedFile("p", 1, "not-a-hash").content_id is None

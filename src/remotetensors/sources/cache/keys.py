@@ -48,10 +48,11 @@ def hub_file(endpoint: str, repo_type: str, repo_id: str, commit: str, path: str
     return _key("hub-file", endpoint, repo_type, repo_id, commit, path)
 
 
-def hub_blob(endpoint: str, content_id: str) -> str:
+def hub_blob(endpoint: str, content_id: str, size: int) -> str:
     """A hub file's kept bytes by content: its LFS sha256, or the git blob id of a small file
-    (what the hub sends as ``X-Linked-Etag`` or ``ETag``, and lists as ``lfs.oid`` or ``oid``)."""
-    return _key("hub-blob", endpoint, content_id)
+    (what the hub sends as ``X-Linked-Etag`` or ``ETag``, and lists as ``lfs.oid`` or ``oid``),
+    and its size."""
+    return _key("hub-blob", endpoint, content_id, str(size))
 
 
 def hub_listing(endpoint: str, repo_type: str, repo_id: str, commit: str, folder: str) -> str:

@@ -40,11 +40,11 @@ class HubCachedSource(CachedSource):
         repo = self._hub.repo
         return repo.key(keys.hub_file, repo.revision, self._hub.path)
 
-    def _blob(self, content: str) -> tuple[str, Kept] | None:
-        key = keys.hub_blob(self._hub.repo.endpoint, content)
+    def _blob(self, content: str, size: int) -> tuple[str, Kept] | None:
+        key = keys.hub_blob(self._hub.repo.endpoint, content, size)
         entry = self.store.get(key)
         kept = Kept.of(entry) if entry is not None else None
-        return None if kept is None else (key, kept)
+        return None if kept is None or kept.size != size else (key, kept)
 
     async def _lookup(self) -> Found | Absent | None:
         repo = self._hub.repo
@@ -54,15 +54,17 @@ class HubCachedSource(CachedSource):
         self._hub.follow_pin()  # a file not kept is read at the visit's commit, not the branch
         at = self._at()
         entry = self.store.get(at)
-        kind = entry.meta.get("kind") if entry is not None else None
-        if kind == "absent":
+        meta = entry.meta if entry is not None else {}
+        if meta.get("kind") == "absent":
             return ABSENT
-        if kind == "file" and entry is not None and (kept := Kept.of(entry)) is not None:
+        if meta.get("kind") == "file" and entry is not None and (kept := Kept.of(entry)):
             return kept, (at,)
-        content = entry.meta.get("content") if entry is not None else None
-        if isinstance(content, str) and (blob := self._blob(content)) is not None:
-            self._content, self._pointed = content, True
-            return blob[1], (blob[0], at)
+        content, size = meta.get("content"), meta.get("size")
+        if isinstance(content, str) and isinstance(size, int):
+            blob = self._blob(content, size)
+            if blob is not None:
+                self._content, self._pointed = content, True
+                return blob[1], (blob[0], at)
         if not repo.warm:
             return None
         try:  # pushed to since the last visit: the commit's listing names each file's content
@@ -73,11 +75,13 @@ class HubCachedSource(CachedSource):
             self.store.put(at, {"kind": "absent", "shown": self.location})
             return ABSENT
         content = listed.content_id
-        blob = self._blob(content) if content is not None else None
-        if blob is None or listed.size not in (None, blob[1].size):
+        if content is None or listed.size is None:
+            return None
+        blob = self._blob(content, listed.size)
+        if blob is None:
             return None
         self._content = content
-        self._point(at)
+        self._point(at, listed.size)
         return blob[1], (blob[0], at)
 
     def _opened(self, prefix: Prefix) -> tuple[tuple[str, ...], Kept]:
@@ -85,7 +89,7 @@ class HubCachedSource(CachedSource):
         self._content = content_id_of_answer(self._hub.first_responses)
         found: list[str] = []
         if self._content is not None:
-            found.append(keys.hub_blob(repo.endpoint, self._content))
+            found.append(keys.hub_blob(repo.endpoint, self._content, prefix.size))
         if repo.pinned:
             found.append(self._at())
         # No validators: the bytes at a commit cannot change, and a CDN's ETag is its own.
@@ -102,19 +106,21 @@ class HubCachedSource(CachedSource):
             return
         self.store.put(self._keys[0], meta, payload)
         if len(self._keys) > 1 and not self._pointed:
-            self._point(self._keys[1])
+            self._point(self._keys[1], kept.size)
 
-    def _point(self, at: str) -> None:
+    def _point(self, at: str, size: int) -> None:
         """Write the ``(commit, path) -> content`` pointer."""
-        meta = {"kind": "alias", "shown": self.location, "content": self._content}
+        meta = {"kind": "alias", "shown": self.location, "content": self._content, "size": size}
         self._pointed = self.store.put(at, meta)
 
     def _remember_absent(self, error: NotFoundError) -> None:
         repo = self._hub.repo
         answers = self._hub.first_responses
         said = answers[-1].get("X-Repo-Commit") if answers else None
-        # Only a "no such file" that names the pinned commit is a fact about that commit.
-        if error.code == "EntryNotFound" and repo.pinned and said == repo.revision:
+        # "No such file" is a fact about a commit when it names the pinned one, or when it was
+        # asked at that commit (a visit that knew its commit asks there).
+        at_commit = said == repo.revision or self._hub.given_url == repo.url(self._hub.path)
+        if error.code == "EntryNotFound" and repo.pinned and at_commit:
             self.store.put(self._at(), {"kind": "absent", "shown": self.location})
 
     def _absent_error(self) -> NotFoundError:

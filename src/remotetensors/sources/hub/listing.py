@@ -11,6 +11,7 @@ or ``ETag`` (:func:`content_id_of_answer`).
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -21,7 +22,14 @@ if TYPE_CHECKING:
 
     from ..http.head import ResponseHeaders
 
-__all__ = ["ListedFile", "content_id_of_answer", "dump_listing", "load_listing", "page_files"]
+__all__ = [
+    "ListedFile",
+    "content_id",
+    "content_id_of_answer",
+    "dump_listing",
+    "load_listing",
+    "page_files",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,8 +50,9 @@ class ListedFile:
 
     @property
     def content_id(self) -> str | None:
-        """The LFS sha256, else the git blob id; None when the listing gives neither."""
-        return self.sha256 or self.oid or None
+        """The LFS sha256, else the git blob id; None when the listing gives neither (or
+        neither has the form of one, see :func:`content_id`)."""
+        return content_id(self.sha256 or self.oid or None)
 
 
 def page_files(body: bytes, shown: str) -> list[ListedFile]:
@@ -89,10 +98,21 @@ def load_listing(data: bytes) -> list[ListedFile] | None:
         return None
 
 
+_CONTENT_ID = re.compile(r"^(?:[0-9a-f]{40}|[0-9a-f]{64})$")
+
+
+def content_id(value: str | None) -> str | None:
+    """``value`` when it has the form of a hub content id, a git blob id (40 hex digits) or
+    an LFS sha256 (64), else None. A server that answers for a hub (a mirror, a proxy) may use
+    ETags that are no content hash (a size and a date): those must never name bytes."""
+    return value if value is not None and _CONTENT_ID.match(value) else None
+
+
 def content_id_of_answer(answers: Iterable[ResponseHeaders]) -> str | None:
     """The content id the hub gave for a file in the answers to its first request: the LFS
     sha256 of a redirect (``X-Linked-Etag``), else the ``ETag`` of the hub's own answer (the one
-    carrying ``X-Repo-Commit``; a CDN's ETag is the CDN's business). None when neither came."""
+    carrying ``X-Repo-Commit``; a CDN's ETag is the CDN's business), as huggingface_hub's own
+    cache reads them. None when neither came, or when it is not of a content id's form."""
     for headers in answers:
         if headers.get("X-Repo-Commit") is None:
             continue
@@ -100,5 +120,5 @@ def content_id_of_answer(answers: Iterable[ResponseHeaders]) -> str | None:
         if tag:
             tag = tag.strip()
             tag = tag[2:] if tag.startswith("W/") else tag
-            return tag.strip('"') or None
+            return content_id(tag.strip('"'))
     return None
