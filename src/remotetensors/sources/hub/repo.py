@@ -20,10 +20,12 @@ worded as a file's are (:func:`hub_status_error`).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import posixpath
 import re
+from contextvars import ContextVar
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 from urllib.parse import quote, unquote, urljoin
@@ -48,7 +50,7 @@ from ..recipe import SourceRecipe
 from .listing import ListedFile, dump_listing, load_listing, page_files
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterator
 
     from ..cache.store import CacheStore
     from ..http.client import Client
@@ -62,6 +64,23 @@ MAX_LISTING_PAGES = 10_000
 _NEXT_LINK = re.compile(r'<([^>]*)>\s*;[^,]*?\brel\s*=\s*"?next"?', re.IGNORECASE)
 COMMIT = re.compile(r"^[0-9a-f]{40}$")
 """A commit sha: a revision that names itself, never asked for."""
+
+_SHARED: ContextVar[dict[str, asyncio.Future[str | None]] | None] = ContextVar(
+    "remotetensors_shared_revisions", default=None
+)
+
+
+@contextlib.contextmanager
+def shared_revisions() -> Iterator[None]:
+    """Within, the repos opened (by tasks created within, and theirs) are one visit: each
+    revision a persistent cache knows is asked for once, and every :class:`HubRepo` of that
+    repo and revision takes the one answer (a scan does this, and may ask ahead of its models).
+    Asyncio tasks keep the setting they were created with, so it may be left once they are."""
+    token = _SHARED.set({})
+    try:
+        yield
+    finally:
+        _SHARED.reset(token)
 
 
 def is_hub_location(location: str) -> bool:
@@ -241,25 +260,42 @@ class HubRepo:
         await asyncio.shield(self._settling)
 
     async def _settle(self) -> None:
-        assert self.store is not None
         if COMMIT.match(self.asked):
             self.pin(self.asked, self.shown)
             return
-        entry = self.store.get(self.key(keys.hub_ref, self.asked))
+        shared = _SHARED.get()
+        if shared is None:
+            commit = await self._resolve()
+        else:  # one visit of many repos (a scan): each revision asked once for all of them
+            key = self.key(keys.hub_ref, self.asked)
+            future = shared.get(key)
+            if future is None:
+                future = shared[key] = asyncio.ensure_future(self._resolve())
+            commit = await asyncio.shield(future)
+        if commit is not None:
+            self.warm = True
+            self.pin(commit, self.shown, remember=False)
+
+    async def _resolve(self) -> str | None:
+        """The revision's commit for this visit: the cache's offline; asked once online when
+        the cache knows the repo (and the cache's answer updated when it moved); None for a
+        repo the cache does not know (the first file's answer will name the commit)."""
+        assert self.store is not None
+        key = self.key(keys.hub_ref, self.asked)
+        entry = self.store.get(key)
         known = entry.meta.get("commit") if entry is not None else None
         if not isinstance(known, str) or not COMMIT.match(known):
             known = None
         if offline():
             if known is None:
                 raise offline_error(self.shown, f"the commit of revision {self.asked!r}")
-            self.warm = True
-            self.pin(known, self.shown, remember=False)
-            return
+            return known
         if known is None:
-            return  # a first visit: the first file's answer names the commit
-        self.warm = True
+            return None
         commit = await self._ask_revision()
-        self.pin(commit, self.shown, remember=commit != known)
+        if commit != known:
+            self.store.put(key, {"kind": "ref", "shown": self.shown, "commit": commit})
+        return commit
 
     async def _ask_revision(self) -> str:
         """The commit the revision names now: one ``GET {endpoint}/api/{type}/{repo}/revision/
