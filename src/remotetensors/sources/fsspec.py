@@ -40,6 +40,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
+import os
 import re
 import sys
 from collections.abc import Awaitable, Callable, Iterator
@@ -196,6 +197,7 @@ class FsspecSource(ByteSource):
     async def open_prefix(self, length: int) -> Prefix:
         if self._is_s3:
             data = await self._s3_get(0, length, first=True)
+            assert data is not None  # asked without a condition
             return Prefix(data, self._size, self._validator)
         info = await self._fresh_info()
         if info.get("type") == "directory":
@@ -229,6 +231,7 @@ class FsspecSource(ByteSource):
             return
         if self._is_s3:
             data = await self._s3_get(start, end, first=False)
+            assert data is not None  # asked without a condition
             self._check_length(data, start, end)
         else:
             data = await self._cat(start, end)
@@ -369,7 +372,49 @@ class FsspecSource(ByteSource):
         if offline() and not local_protocol(self._fs):
             raise offline_error(self._url)
 
-    async def _s3_get(self, start: int, end: int, *, first: bool) -> bytes:
+    def s3_object(self) -> tuple[str, str, str, str | None] | None:
+        """``(endpoint, bucket, key, version id)`` of an S3 object (a persistent cache keys it
+        by these), None for any other filesystem. The endpoint is the one configured (an
+        S3-compatible store's), else ``"s3"`` (Amazon's)."""
+        if not self._is_s3:
+            return None
+        bucket, key, version = self._fs.split_path(self._path)
+        endpoint = (
+            getattr(self._fs, "endpoint_url", None)
+            or (getattr(self._fs, "client_kwargs", None) or {}).get("endpoint_url")
+            or os.environ.get("AWS_ENDPOINT_URL_S3")
+            or os.environ.get("AWS_ENDPOINT_URL")
+            or "s3"
+        )
+        return str(endpoint), bucket, key, version or None
+
+    async def open_prefix_unless(self, length: int, *, size: int, etag: str) -> Prefix | None:
+        """:meth:`open_prefix` of an S3 object, asked only if it no longer has ``etag``
+        (``IfNoneMatch``): None when S3 answers 304 (the version of ``size`` bytes with that
+        ETag is then taken as opened, see :meth:`assume_version`). One request either way.
+
+        Raises:
+            ValueError: not an S3 object; and what :meth:`open_prefix` raises.
+        """
+        if not self._is_s3:
+            raise ValueError(f"{self._url}: only an S3 object is revalidated")
+        data = await self._s3_get(0, length, first=True, unless=etag)
+        if data is None:
+            self.assume_version(size, etag)
+            return None
+        return Prefix(data, self._size, self._validator)
+
+    def assume_version(self, size: int, etag: str | None) -> None:
+        """Take the S3 object's version of ``size`` bytes with ``etag`` as opened, without a
+        request (a persistent cache holds its header): later reads send ``IfMatch`` with it."""
+        self._size = size
+        self._validator = etag
+
+    async def _s3_get(
+        self, start: int, end: int, *, first: bool, unless: str | None = None
+    ) -> bytes | None:
+        """Bytes ``[start, end)`` of the object in one GET (see :meth:`open_prefix`); None
+        when ``unless`` (an ETag, on the first request) still names it (HTTP 304)."""
         self._check_online()
         bucket, key, version = self._fs.split_path(self._path)
         extra: dict[str, Any] = {}
@@ -377,6 +422,8 @@ class FsspecSource(ByteSource):
             extra["VersionId"] = version
         if not first and self._validator is not None:
             extra["IfMatch"] = self._validator
+        if unless is not None:
+            extra["IfNoneMatch"] = unless
         try:
             response, data = await self._on_own_loop(
                 self._s3_get_object(
@@ -387,6 +434,8 @@ class FsspecSource(ByteSource):
             if first and "InvalidRange" in _chain_text(exc):
                 self._size = 0  # an empty object has no byte 0
                 return b""
+            if unless is not None and _not_modified(exc):
+                return None
             raise self._translate(exc) from exc
         match = _CONTENT_RANGE.fullmatch(str(response.get("ContentRange", "")))
         if match is None:
@@ -544,6 +593,19 @@ def _chain(exc: BaseException) -> Iterator[BaseException]:
 def _chain_text(exc: BaseException) -> str:
     """The reprs of an exception and its causes."""
     return " ".join(repr(seen) for seen in _chain(exc))
+
+
+def _not_modified(exc: BaseException) -> bool:
+    """Whether a GET made with ``IfNoneMatch`` was answered 304 (botocore raises it)."""
+    for seen in _chain(exc):
+        response = getattr(seen, "response", None)
+        if isinstance(response, dict):
+            error = response.get("Error") or {}
+            meta = response.get("ResponseMetadata") or {}
+            code = str(error.get("Code"))
+            if code in ("304", "NotModified") or meta.get("HTTPStatusCode") == 304:
+                return True
+    return False
 
 
 def _refused_precondition(exc: BaseException) -> bool:

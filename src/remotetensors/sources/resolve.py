@@ -150,6 +150,8 @@ class FsspecPlace(Place):
     traffic: dict[str, Traffic] = field(default_factory=dict)
     queries: Mapping[str, str] = field(default_factory=dict)
     """File name -> the query of its URL, as for :class:`HttpPlace`."""
+    store: CacheStore | None = None
+    """The persistent cache in front of the files (S3 objects only), or None."""
 
     def location(self, name: str) -> str:
         return redact_url(self._url(name))
@@ -158,7 +160,10 @@ class FsspecPlace(Place):
         return f"{self.base}/{name}{self.queries.get(name, '')}"
 
     def _source(self, name: str) -> ByteSource:
-        return open_source(self._url(name), storage_options=self.storage_options)
+        return open_source(self._url(name), storage_options=self.storage_options, cache=False)
+
+    def _counted(self, source: ByteSource, traffic: Traffic) -> CountingSource:
+        return _s3_cached(source, traffic, self.store) or CountingSource(source, traffic)
 
     def __repr__(self) -> str:
         # Not the dataclass's: the storage options hold credentials, the queries signatures.
@@ -258,7 +263,7 @@ def split_location(
         base, queries = head, ({name: mark + query} if mark else {})
     if scheme in ("http", "https"):
         return HttpPlace(base, http_options, client, queries=queries, store=_store(cache)), name
-    return FsspecPlace(base, storage_options, queries=queries), name
+    return FsspecPlace(base, storage_options, queries=queries, store=_store(cache)), name
 
 
 def open_local_source(location: str | os.PathLike[str]) -> LocalSource | None:
@@ -310,7 +315,23 @@ def open_source(
     # Imported here: fsspec costs ~100 ms to import, and only fsspec URLs need it.
     from .fsspec import FsspecSource
 
-    return FsspecSource(text, storage_options=storage_options)
+    source = FsspecSource(text, storage_options=storage_options)
+    return _s3_cached(source, None, _store(cache)) or source
+
+
+def _s3_cached(
+    source: ByteSource, traffic: Traffic | None, store: CacheStore | None
+) -> CountingSource | None:
+    """``source`` (an fsspec location's) with the cache in front, when it is an S3 object and
+    there is a cache."""
+    if store is None:
+        return None
+    from .fsspec import FsspecSource
+    from .s3_cached import S3CachedSource
+
+    if not isinstance(source, FsspecSource) or source.s3_object() is None:
+        return None
+    return S3CachedSource(source, traffic, store)
 
 
 def _store(cache: bool) -> CacheStore | None:

@@ -10,7 +10,11 @@
   ``Last-Modified`` (:func:`strong_validator`); a weak ETag is not a validator (RFC 9110 8.8.1:
   it does not promise the same bytes), so a file that has only one is not kept. The URL's latest
   version (:func:`http_latest`) says what to revalidate with a conditional request.
-- Local files are not cached: reading them costs less than reading an entry.
+- On S3: ``(endpoint, bucket, key, VersionId or ETag, size)``; the object's latest version is
+  revalidated as an HTTP file's is (``IfNoneMatch``), and an object named by its VersionId
+  cannot change at all.
+- Local files are not cached: reading them costs less than reading an entry; nor are other
+  fsspec filesystems, whose versions are not named firmly enough (see ``sources/fsspec.py``).
 
 A key is a JSON array of strings, so no two different tuples make one key. Keys may hold
 secrets (a signed URL's query); the store keeps only their SHA-256 (:mod:`.store`).
@@ -88,3 +92,13 @@ def strong_validator(etag: str | None, last_modified: str | None) -> str | None:
     if last_modified:
         return f"last-modified {last_modified}"
     return None
+
+
+def s3_version(endpoint: str, bucket: str, key: str, version: str, size: int) -> str:
+    """One version of an S3 object: its VersionId (or, unversioned, its ETag) and size."""
+    return _key("s3-object", endpoint, bucket, key, version, str(size))
+
+
+def s3_latest(endpoint: str, bucket: str, key: str, version_id: str | None) -> str:
+    """The latest version of an S3 object seen (of the VersionId named, if one is)."""
+    return _key("s3-latest", endpoint, bucket, key, version_id or "")
