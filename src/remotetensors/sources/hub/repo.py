@@ -74,8 +74,9 @@ _SHARED: ContextVar[dict[str, asyncio.Future[str | None]] | None] = ContextVar(
 def shared_revisions() -> Iterator[None]:
     """Within, the repos opened (by tasks created within, and theirs) are one visit: each
     revision a persistent cache knows is asked for once, and every :class:`HubRepo` of that
-    repo and revision takes the one answer (a scan does this, and may ask ahead of its models).
-    Asyncio tasks keep the setting they were created with, so it may be left once they are."""
+    repo and revision takes the one answer (a scan does this, and asks ahead of its models; an
+    answer is let go once a second repo has taken it). Asyncio tasks keep the setting they were
+    created with, so it may be left once they are."""
     token = _SHARED.set({})
     try:
         yield
@@ -271,6 +272,8 @@ class HubRepo:
             future = shared.get(key)
             if future is None:
                 future = shared[key] = asyncio.ensure_future(self._resolve())
+            else:  # the second taker (the scan asks ahead, its model then takes the answer)
+                del shared[key]  # so that the scan holds nothing per location it finished
             commit = await asyncio.shield(future)
         if commit is not None:
             self.warm = True
