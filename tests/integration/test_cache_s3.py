@@ -41,16 +41,16 @@ def test_a_kept_s3_object_is_revalidated_and_a_changed_one_read_anew(
 
 
 def test_an_s3_object_named_by_its_version_needs_no_request(s3_env: str) -> None:
-    import boto3
+    import s3fs
 
-    client = boto3.client("s3", endpoint_url=s3_env)
-    client.create_bucket(Bucket="versioned-bucket")
-    client.put_bucket_versioning(
-        Bucket="versioned-bucket", VersioningConfiguration={"Status": "Enabled"}
-    )
+    fs = s3fs.S3FileSystem(endpoint_url=s3_env, skip_instance_cache=True, version_aware=True)
+    fs.mkdir("versioned-bucket")
+    fs.make_bucket_versioned("versioned-bucket")
     data = write_reference({"w": np.arange(5, dtype=np.float32)})
-    put = client.put_object(Bucket="versioned-bucket", Key="m.safetensors", Body=data)
-    url = f"s3://versioned-bucket/m.safetensors?versionId={put['VersionId']}"
+    fs.pipe("versioned-bucket/m.safetensors", data)
+    version = fs.info("versioned-bucket/m.safetensors")["VersionId"]
+    fs.pipe("versioned-bucket/m.safetensors", b"a newer version, not this one")
+    url = f"s3://versioned-bucket/m.safetensors?versionId={version}"
     with rt.safe_open(url) as f:
         assert f.traffic.requests == 1
     with rt.safe_open(url) as f:

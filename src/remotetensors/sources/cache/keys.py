@@ -59,9 +59,12 @@ def hub_blob(endpoint: str, content_id: str, size: int) -> str:
     return _key("hub-blob", endpoint, content_id, str(size))
 
 
-def hub_listing(endpoint: str, repo_type: str, repo_id: str, commit: str, folder: str) -> str:
-    """The files under ``folder`` (recursive) of a repo at ``commit``, with sizes and ids."""
-    return _key("hub-listing", endpoint, repo_type, repo_id, commit, folder)
+def hub_listing(
+    endpoint: str, repo_type: str, repo_id: str, commit: str, folder: str, recursive: str
+) -> str:
+    """The files in ``folder`` (and below it, when ``recursive`` is ``"True"``) of a repo at
+    ``commit``, with sizes and ids."""
+    return _key("hub-listing", endpoint, repo_type, repo_id, commit, folder, recursive)
 
 
 def hub_onecall(endpoint: str, repo_id: str, commit: str, index_path: str) -> str:

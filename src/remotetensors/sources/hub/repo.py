@@ -216,7 +216,7 @@ class HubRepo:
         self._options = options
         self._client = client
         self._settling: asyncio.Future[None] | None = None
-        self._listings: dict[str, asyncio.Future[list[ListedFile]]] = {}
+        self._listings: dict[tuple[str, bool], asyncio.Future[list[ListedFile]]] = {}
 
     @property
     def options(self) -> HttpOptions:
@@ -329,41 +329,47 @@ class HubRepo:
 
     # --- listings --------------------------------------------------------------------------
 
-    async def listing(self, folder: str = "") -> list[ListedFile]:
-        """Every file under ``folder`` (recursive) at the revision, with its size and content
-        id; asked for once per visit, and kept in the cache by commit (see :meth:`_list`).
+    async def listing(self, folder: str = "", *, recursive: bool = True) -> list[ListedFile]:
+        """Every file under ``folder`` (in it alone unless ``recursive``) at the revision, with
+        its size and content id; asked for once per visit, and kept in the cache by commit
+        (see :meth:`_list`).
 
         Raises:
             as :meth:`_list`; OfflineError offline when the cache does not hold it.
         """
         await self.settle()
-        future = self._listings.get(folder)
+        key = (folder, recursive)
+        future = self._listings.get(key)
         if future is None or (future.done() and future.exception() is not None):
-            future = self._listings[folder] = asyncio.ensure_future(self._listing(folder))
+            future = self._listings[key] = asyncio.ensure_future(self._listing(*key))
         return await asyncio.shield(future)
 
-    def listed(self, folder: str) -> list[ListedFile] | None:
-        """The listing of ``folder`` if this visit has it already (no IO), else None."""
-        future = self._listings.get(folder)
-        if future is None or not future.done() or future.exception() is not None:
-            return None
-        return future.result()
+    def listed(self, folder: str) -> list[ListedFile]:
+        """What this visit's listings of ``folder`` (and of the folders above it, recursive)
+        hold already, no IO: the files of ``folder`` among them."""
+        files: list[ListedFile] = []
+        for (where, recursive), future in self._listings.items():
+            if not future.done() or future.exception() is not None:
+                continue
+            if where == folder or (recursive and (not where or folder.startswith(where + "/"))):
+                files.extend(future.result())
+        return files
 
-    async def _listing(self, folder: str) -> list[ListedFile]:
+    async def _listing(self, folder: str, recursive: bool) -> list[ListedFile]:
         shown = str(self.repo.child(folder) if folder else replace(self.repo, path=""))
+        key = self.key(keys.hub_listing, self.revision, folder, str(recursive))
         if self.store is not None and self.pinned:
-            entry = self.store.get(self.key(keys.hub_listing, self.revision, folder))
+            entry = self.store.get(key)
             files = load_listing(entry.payload) if entry is not None else None
             if files is not None:
                 return files
         if offline():
             raise offline_error(shown, "its file listing")
-        files = await self._list(folder)
+        files = await self._list(folder, recursive=recursive)
         if self.store is not None and self.pinned:
+            key = self.key(keys.hub_listing, self.revision, folder, str(recursive))
             meta = {"kind": "listing", "shown": f"{shown} at {self.revision}"}
-            self.store.put(
-                self.key(keys.hub_listing, self.revision, folder), meta, dump_listing(files)
-            )
+            self.store.put(key, meta, dump_listing(files))
         return files
 
     async def list_files(self, folder: str = "") -> list[str]:
@@ -376,10 +382,10 @@ class HubRepo:
         cut = len(folder) + 1 if folder else 0
         return [f.path[cut:] for f in await self.listing(folder)]
 
-    async def _list(self, folder: str) -> list[ListedFile]:
+    async def _list(self, folder: str, *, recursive: bool) -> list[ListedFile]:
         """Every file under ``folder`` of the repo at the revision, over the network.
 
-        One ``GET {endpoint}/api/{type}/{repo}/tree/{revision}[/{folder}]?recursive=true``
+        One ``GET {endpoint}/api/{type}/{repo}/tree/{revision}[/{folder}]?recursive=...``
         (the call behind ``huggingface_hub.list_repo_files``), following ``Link: rel="next"``
         pages; each page is retried as file reads are, and its commit pins the repo's (or must
         match it). A page linked on another origin than the endpoint's is asked for without
@@ -396,7 +402,7 @@ class HubRepo:
         tail = f"/{quote(folder)}" if folder else ""
         url: str | None = (
             f"{self.endpoint}/api/{self.repo.repo_type}/{self.repo.repo_id}/tree/{revision}{tail}"
-            "?recursive=true&expand=false"
+            f"?recursive={str(recursive).lower()}&expand=false"
         )
         shown = str(self.repo.child(folder) if folder else replace(self.repo, path=""))
         files: list[ListedFile] = []
@@ -423,14 +429,16 @@ class HubRepo:
         return files
 
     async def listed_file(self, path: str) -> ListedFile | None:
-        """``path`` as its folder's listing at the pinned commit has it, or None when the
-        listing does not hold it (no such file at that commit).
+        """``path`` as its folder's listing at the pinned commit has it (that folder alone, not
+        the ones below it), or None when the listing does not hold it (no such file at that
+        commit).
 
         Raises:
             as :meth:`listing`.
         """
         folder = posixpath.dirname(path)
-        return next((f for f in await self.listing(folder) if f.path == path), None)
+        files = await self.listing(folder, recursive=False)
+        return next((f for f in files if f.path == path), None)
 
     def source(self, path: str) -> HubSource:
         """A source for the file ``path`` of the repo."""
@@ -602,7 +610,7 @@ class HubSource(HttpSource):
             linked = headers.get("X-Linked-Size")
             if linked is not None:
                 listed.append((linked.strip(), "its X-Linked-Size"))
-        entries = self._repo.listed(posixpath.dirname(self._path)) or ()
+        entries = self._repo.listed(posixpath.dirname(self._path))
         entry = next((f for f in entries if f.path == self._path), None)
         if entry is not None and entry.size is not None:
             listed.append((str(entry.size), "the repo's file listing"))
