@@ -142,3 +142,11 @@ def test_offline_a_kept_url_opens_without_a_request(
     with pytest.raises(rt.OfflineError, match=r"never\.safetensors.*run once online"):
         rt.safe_open(f"{base}/never.safetensors")
     assert log.entries == []
+
+
+def test_a_304_to_a_request_that_named_no_version_is_refused(
+    serve: Callable[..., RawServer],
+) -> None:
+    server = serve(lambda request, _: head("304 Not Modified", [("Content-Length", "0")]))
+    with pytest.raises(rt.BadResponseError, match="304 Not Modified to a request that named"):
+        rt.safe_open(f"{server.url}/m.safetensors")

@@ -608,6 +608,11 @@ class HttpSource(ByteSource):
             self._pin.adopt(0, headers)
             return 0
         if isinstance(decision, Unchanged):
+            if not self._unless:
+                raise BadResponseError(
+                    f"{self._shown}: HTTP 304 Not Modified to a request that named no version "
+                    f"(bytes {start}-{end - 1}, no If-None-Match or If-Modified-Since)"
+                )
             self._unchanged = True
             return 0
         if isinstance(decision, Retry):
