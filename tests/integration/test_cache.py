@@ -101,6 +101,31 @@ def test_a_commit_is_never_asked_again(hub_env: HubStandIn) -> None:
     assert hub_env.log.entries == []  # a commit names itself: not even the revision is asked
 
 
+def test_gguf_and_bintensors_files_come_back_from_the_cache(
+    hub_env: HubStandIn, tmp_path: Path
+) -> None:
+    from bintensors.numpy import save as save_bintensors
+
+    from tests.gguf_files import write_gguf
+
+    # A GGUF header far longer than the window (read in growing windows the first time).
+    (path,) = write_gguf(tmp_path / "m.gguf", vocab_size=20_000)
+    bt = save_bintensors({"w": np.arange(8, dtype=np.int16)})
+    hub_env.add("org/g", {"m.gguf": path.read_bytes(), "w.bt": bt})
+    first: dict[str, Any] = {}
+    for visit in range(2):
+        hub_env.log.clear()
+        with rt.safe_open("hf://org/g/m.gguf") as f:
+            assert first.setdefault("gguf", f.metadata()) == f.metadata()
+        with rt.safe_open("hf://org/g/w.bt") as f:
+            assert f.keys() == ["w"]
+        if visit:
+            # One revision each (two visits), no file: every header byte came from the cache.
+            assert [e.path for e in hub_env.log.entries] == ["/api/models/org/g/revision/main"] * 2
+        else:
+            assert len([e for e in hub_env.log.entries if e.path.startswith("/cdn/")]) >= 2
+
+
 def _change_one_file(hub: HubStandIn, repo_id: str) -> tuple[str, dict[str, int]]:
     """Push a commit to ``repo_id`` that changes one file: the single file, or the second
     shard (one more F32 element in its norm). Returns the file's name and the new counts."""

@@ -57,8 +57,10 @@ async def read_gguf_index(source: ByteSource, prefix: Prefix) -> tuple[FileIndex
         parser.feed(await source.read(have, next_read_end(step, have, prefix.size)))
         step = parser.advance()
     index = step.to_index(file_size=prefix.size)
-    # Every byte before the data is the file's metadata: kept by a persistent cache.
-    await read_metadata(source, 0, index.data_offset, held=parser.data)
+    # The header (up to the data, or the padding before it as far as it was fetched: the
+    # parser had all it needed) is the file's metadata: kept by a persistent cache.
+    end = min(index.data_offset, len(parser.data))
+    await read_metadata(source, 0, end, held=parser.data)
     return index, parser.data
 
 
