@@ -299,6 +299,13 @@ class RemoteFileChangedError(RemoteTensorsError, OSError):
     """The file changed between two requests (its validator, e.g. the ETag, no longer matches)."""
 
 
+class OfflineError(RemoteTensorsError, ConnectionError):
+    """Offline mode is on (``HF_HUB_OFFLINE=1`` or ``REMOTETENSORS_OFFLINE=1``) and what was
+    asked for is not in the persistent cache; no request was sent. The message names the
+    location and says to run once online. A ``ConnectionError``, as huggingface_hub's
+    ``OfflineModeIsEnabled`` is."""
+
+
 def did_you_mean(name: str, known: Iterable[str]) -> str:
     """``"; did you mean 'x'?"`` for the names closest to ``name``, or ``""`` when none is."""
     import difflib  # here: 1.4 ms that only a miss pays, not every import

@@ -39,6 +39,11 @@ class ReadOptions:
         read_configs: models only: ask for ``config.json`` and ``quantization_config.json``
             beside the weights in the discovery round (two more requests, no more rounds).
             Off, the true count relies on the tensors alone and ``memory()`` has no config.
+        cache: keep what describes remote files (headers, hub revisions, listings, index and
+            config files) in the persistent cache and ask it first (``REMOTETENSORS_CACHE``,
+            else the platform's user cache folder; see :mod:`remotetensors.sources.cache`).
+            False reads everything over the network and keeps nothing. Offline mode
+            (``HF_HUB_OFFLINE=1``) needs it.
 
     Raises:
         ValueError: on construction, for a non-positive size or concurrency or a negative gap.
@@ -50,6 +55,7 @@ class ReadOptions:
     max_concurrency: int = DEFAULT_MAX_CONCURRENCY
     progress: bool | None = None
     read_configs: bool = True
+    cache: bool = True
 
     def __post_init__(self) -> None:
         if self.header_window_bytes < 8:

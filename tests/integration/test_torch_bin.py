@@ -253,3 +253,28 @@ def test_the_cli_refuses_a_hostile_or_legacy_bin_in_one_line(
         assert all(word in lines[0] for word in words), lines[0]
         assert "Traceback" not in result.stderr
     assert not marker.exists()
+
+
+def test_a_bin_repo_comes_back_from_the_cache(
+    hub_env: HubStandIn, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The zip's end, directory and pickle are kept as a safetensors header is (issue 30):
+    # coming back costs the revision alone, and offline nothing.
+    state = {"a": torch.arange(12.0).reshape(3, 4), "b": torch.ones(5, dtype=torch.bfloat16)}
+    data = saved(state)
+    hub_env.add("org/bin-cached", {"pytorch_model.bin": data, "config.json": b"{}"})
+    counts = []
+    for _ in range(2):
+        hub_env.log.clear()
+        with rt.open_model("hf://org/bin-cached") as model:
+            counts.append(model.parameter_count())
+        requests = [e.path for e in hub_env.log.entries]
+    assert counts == [{"F32": 12, "BF16": 5}] * 2
+    assert requests == ["/api/models/org/bin-cached/revision/main"]
+    hub_env.log.clear()
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with rt.open_model("hf://org/bin-cached") as model:
+        assert model.parameter_count() == counts[0]
+        assert [e.path for e in hub_env.log.entries] == []
+        with pytest.raises(rt.OfflineError):  # tensor data is never kept
+            model.get_tensor("a")

@@ -131,6 +131,7 @@ PUBLIC_NAMES = {
     "compare",
     "LeftOutWarning",
     "ReadOnlyStoreError",
+    "OfflineError",
 }
 
 

@@ -16,6 +16,7 @@ from remotetensors.sources.http.answer import (
     Reresolve,
     Retry,
     Terms,
+    Unchanged,
     Whole,
     decide,
 )
@@ -100,6 +101,12 @@ def test_errors_and_an_expired_redirect() -> None:
     assert 'HTTP 412 for If-Match "v1"' in str(changed.error)
     assert answer(404) == Refused(404)
     assert answer(403, url="http://cdn/signed") == Reresolve(403)
+
+
+def test_a_first_304_is_unchanged_a_later_one_an_error() -> None:
+    # The first request of a file the persistent cache holds names its version (If-None-Match).
+    assert answer(304, ("ETag", '"v1"')) == Unchanged('"v1"')
+    assert answer(304, asked=LATER) == Refused(304)
 
 
 def test_the_pin_sends_if_match_for_a_strong_etag_else_if_unmodified_since() -> None:

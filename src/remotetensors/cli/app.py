@@ -1,4 +1,4 @@
-"""The command line: ``remotetensors params|memory|info|tree|ls|get|demo``.
+"""The command line: ``remotetensors params|memory|info|tree|ls|get|demo|cache|verify``.
 
 Also ``python -m remotetensors``. Every failure is one line on stderr, ``remotetensors: error:
 ...``, and exit status 1 (2 for a malformed command line, as argparse does); Ctrl-C exits with
@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 from .. import __version__
 from ..errors import RemoteTensorsError
 from ..redact import redact_text
-from . import demo, get, info, ls, memory, params, tree
+from . import cache, demo, get, info, ls, memory, params, tree, verify
 from .options import opened, parse_slice
 
 if TYPE_CHECKING:
@@ -134,7 +134,7 @@ def _join_dash_values(argv: list[str]) -> list[str]:
 
 
 # The commands in the order ``--help`` lists them.
-COMMANDS: tuple[Command, ...] = (params, memory, info, tree, ls, get, demo)
+COMMANDS: tuple[Command, ...] = (params, memory, info, tree, ls, get, demo, cache, verify)
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -35,6 +35,7 @@ from ..reading.fetch import gather_or_cancel
 from ..reading.opening import open_tensor_file
 from ..reading.progress import bar, wanted
 from ..redact import redact_url
+from ..sources.cache.source import read_metadata
 from .adapter import ADAPTER_CONFIG, ADAPTER_WEIGHTS, Adapter, parse_adapter_config
 from .configs import CONFIG_WINDOW_BYTES, ConfigFiles, read_configs, read_small_file
 from .gguf_parts import find_gguf, join_parts
@@ -488,9 +489,7 @@ async def _read_shard_index(place: Place, name: str) -> ShardIndex:
     source = place.open(name)
     try:
         prefix = await source.open_prefix(INDEX_WINDOW_BYTES)
-        data = prefix.data
-        if prefix.size > len(data):
-            data += await source.read(len(data), prefix.size)
+        data = await read_metadata(source, 0, prefix.size, held=prefix.data)
     finally:
         await source.aclose()
     return parse_index(data, location=place.location(name))

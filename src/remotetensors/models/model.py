@@ -555,6 +555,7 @@ async def load_model(
             http_options=http_options,
             client=client,
             storage_options=storage_options,
+            cache=options.cache,
         )
         found = await discover(text, place, name, stack, options=options, framework=framework)
         if found.pipeline is not None:

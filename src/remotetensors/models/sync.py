@@ -124,6 +124,7 @@ async def open_file_async(
         storage_options=storage_options,
         token=token,
         revision=revision,
+        cache=(options or ReadOptions()).cache,
     )
     return await open_tensor_file(source, options=options, framework=framework)
 

@@ -27,6 +27,7 @@ from ..formats.hub_metadata import ShardedMetadata, parse_sharded_metadata
 from ..formats.safetensors import PREFIX_BYTES, header_length, rebase
 from ..index import ROW_FILE, FileIndex, ModelIndex, Row, TensorInfo, TensorTable, placed
 from ..options import DEFAULT_CHUNK_BYTES
+from ..sources.cache.source import read_metadata
 from ..sources.hub.api import MetadataAnswer, endpoint_support, fetch_sharded_metadata
 from ..sources.hub.repo import hub_status_error
 from ..sources.resolve import HubPlace
@@ -69,7 +70,7 @@ def plan(place: Place) -> OneCall | None:
     revision = place.path.revision
     if revision not in (None, "main") and not _COMMIT.match(revision or ""):
         return None
-    support = endpoint_support(place.repo.endpoint)
+    support = endpoint_support(place.repo.endpoint, place.repo.store)
     if support is False:
         return None
     return OneCall(place, alone=bool(support))
@@ -199,7 +200,10 @@ class LazyTensorFile(AsyncTensorFile):
     async def _open(self) -> None:
         prefix = await self._source.open_prefix(PREFIX_BYTES)
         location = self._source.location
-        n = header_length(prefix.data, file_size=prefix.size, location=location)
+        # Kept by a persistent cache: the next data read of this shard (in a later visit too)
+        # needs no request for it.
+        head = await read_metadata(self._source, 0, PREFIX_BYTES, held=prefix.data)
+        n = header_length(head, file_size=prefix.size, location=location)
         self._set_index(
             rebase(self._index, header_length=n, file_size=prefix.size, location=location)
         )

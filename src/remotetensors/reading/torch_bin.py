@@ -29,6 +29,7 @@ from ..formats.torch_zip import HeldBytes, NeedBytes
 from ..index import TensorInfo
 from ..options import DEFAULT_CHUNK_BYTES, ReadOptions
 from ..ranges import ByteRange
+from ..sources.cache.source import read_metadata
 from .assemble import OutputArray
 from .fetch import Target, fetch_into_blocking
 from .file import LOCAL_CHUNK_BYTES, AsyncTensorFile, _chunk_reads
@@ -72,21 +73,42 @@ async def read_bin_header(
             pickle is malformed or names a global outside the allowed ones.
         and whatever the source raises.
     """
+    # Every byte that indexes the file goes through read_metadata, so the persistent cache
+    # keeps it and serves it the next time, the opening included (sources/cache/source.py).
     if first is None:
         suffix = await source.open_suffix(window_bytes)
-        held = HeldBytes(suffix.size, [(suffix.start, suffix.data)])
+        opening, size = (suffix.start, suffix.data), suffix.size
     else:
-        held = HeldBytes(first.size, [(0, first.data)])
+        opening, size = (0, first.data), first.size
+    held = HeldBytes(size, [opening])
     for _ in range(MAX_HEADER_READS + 1):
         step = read_bin(held, location=source.location)
         if not isinstance(step, NeedBytes):
+            await _keep_opening(source, opening, step)
             return held, step
-        held = held.with_bytes(step.start, await source.read(step.start, step.end))
+        data = await read_metadata(source, step.start, step.end)
+        held = held.with_bytes(step.start, data)
     raise HeaderError(
         HeaderErrorKind.INVALID_ZIP,
         f"the zip's index was not complete after {MAX_HEADER_READS} reads",
         location=source.location,
     )
+
+
+async def _keep_opening(source: ByteSource, opening: tuple[int, bytes], found: TorchIndex) -> None:
+    """Declare the opening window's bytes that index the file (those before the first storage
+    and after the last: ``data.pkl``, the directory, the end records) as metadata, so a cache
+    keeps them and never the tensor bytes the window also caught."""
+    start, data = opening
+    end = start + len(data)
+    places = list(found.places.values())
+    first_data = min((p.header_start for p in places), default=end)
+    last_data = max((p.start + p.nbytes for p in places), default=start)
+    if start < first_data:
+        await read_metadata(source, start, min(end, first_data), held=data)
+    if last_data < end:
+        cut = max(start, last_data)
+        await read_metadata(source, cut, end, held=data[cut - start :])
 
 
 async def open_torch_file(

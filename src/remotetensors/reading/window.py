@@ -9,6 +9,7 @@ from ..formats import parse_any_header
 from ..formats.gguf import looks_like_gguf
 from ..formats.safetensors import PREFIX_BYTES, header_length
 from ..formats.torch_bin import looks_like_torch_file
+from ..sources.cache.source import read_metadata
 from .gguf import read_gguf_index
 
 if TYPE_CHECKING:
@@ -27,7 +28,8 @@ async def read_index(source: ByteSource, options: ReadOptions) -> tuple[FileInde
 
     Returns:
         The index, and the bytes of the file already fetched (bytes ``[0, k)``), which later
-        reads reuse.
+        reads reuse. A source with a persistent cache may hold the length and header already:
+        then no request is made (see :func:`~..sources.cache.source.read_metadata`).
 
     Raises:
         HeaderError: the header is malformed (naming the location).
@@ -44,11 +46,13 @@ async def index_after_prefix(source: ByteSource, prefix: Prefix) -> tuple[FileIn
         return await read_gguf_index(source, prefix)
     n = header_length(data, file_size=prefix.size, location=source.location)
     needed = PREFIX_BYTES + n
+    # The length and header are the file's metadata: kept by a persistent cache (a later
+    # opening of this version finds them without a request). Only the missing tail of the
+    # header is read, not the whole header again.
+    header = await read_metadata(source, 0, needed, held=data)
     if len(data) < needed:
-        # Only the missing tail of the header, not the whole header again.
-        data += await source.read(len(data), needed)
-    header = data[PREFIX_BYTES:needed]
-    index = parse_any_header(header, file_size=prefix.size, location=source.location)
+        data = header
+    index = parse_any_header(header[PREFIX_BYTES:], file_size=prefix.size, location=source.location)
     return index, data
 
 

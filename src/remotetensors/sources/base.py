@@ -88,6 +88,11 @@ class ByteSource(abc.ABC):
     async def open_prefix(self, length: int) -> Prefix:
         """Fetch bytes ``[0, min(length, size))`` and learn the size, in one request.
 
+        A source with the persistent cache in front of it
+        (:class:`~.cache.source.CachedSource`) answers a kept file with the bytes kept from
+        its start instead, more or fewer than ``length`` and without a request: a reader asks
+        for what it needs with :func:`~.cache.source.read_metadata`.
+
         Raises:
             NotFoundError, PermissionDeniedError, TransportError, BadResponseError.
         """

@@ -40,6 +40,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
+import os
 import re
 import sys
 from collections.abc import Awaitable, Callable, Iterator
@@ -61,6 +62,7 @@ from ..errors import (
 )
 from ..redact import redact_text, redact_url, url_secrets
 from .base import ByteSource, Prefix, Suffix
+from .cache.offline import offline, offline_error
 from .http.answer import Failed, follow
 from .http.policy import carried, origin
 from .recipe import SourceRecipe
@@ -195,6 +197,7 @@ class FsspecSource(ByteSource):
     async def open_prefix(self, length: int) -> Prefix:
         if self._is_s3:
             data = await self._s3_get(0, length, first=True)
+            assert data is not None  # asked without a condition
             return Prefix(data, self._size, self._validator)
         await self._learn_version()
         end = min(length, self._size)
@@ -204,6 +207,7 @@ class FsspecSource(ByteSource):
     async def open_suffix(self, length: int) -> Suffix:
         if self._is_s3:  # one request: S3 answers a suffix range
             data = await self._s3_get(0, length, first=True, suffix=True)
+            assert data is not None  # asked without a condition
             return Suffix(data, self._size, self._validator)
         await self._learn_version()
         start = max(0, self._size - length)
@@ -246,6 +250,7 @@ class FsspecSource(ByteSource):
             return
         if self._is_s3:
             data = await self._s3_get(start, end, first=False)
+            assert data is not None  # asked without a condition
             self._check_length(data, start, end)
         else:
             data = await self._cat(start, end)
@@ -281,6 +286,7 @@ class FsspecSource(ByteSource):
         Raises:
             NotFoundError: the file is gone; and what :meth:`_translate` makes of the rest.
         """
+        self._check_online()
         if self._is_async():
             data = await self._call(
                 "cat_file", self._path, start=start, end=end, **self._http_rules()
@@ -351,7 +357,12 @@ class FsspecSource(ByteSource):
             )
 
     async def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
-        """A filesystem method: its async twin on async filesystems, else on a worker thread."""
+        """A filesystem method: its async twin on async filesystems, else on a worker thread.
+
+        Raises:
+            OfflineError: offline mode is on (nothing is asked of the filesystem).
+        """
+        self._check_online()
         try:
             if self._is_async():
                 return await self._on_own_loop(getattr(self._fs, f"_{method}")(*args, **kwargs))
@@ -375,19 +386,76 @@ class FsspecSource(ByteSource):
             return await coroutine
         return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coroutine, loop))
 
-    async def _s3_get(self, start: int, end: int, *, first: bool, suffix: bool = False) -> bytes:
-        """Bytes ``[start, end)`` of the object (on the first request ``end`` may lie beyond
-        it); with ``suffix`` (a first request) its last ``end`` bytes instead.
+    def _check_online(self) -> None:
+        # A local or in-memory filesystem asks no network; every other one may.
+        if offline() and not local_protocol(self._fs):
+            raise offline_error(self._url)
+
+    def s3_object(self) -> tuple[str, str, str, str | None] | None:
+        """``(endpoint, bucket, key, version id)`` of an S3 object (a persistent cache keys it
+        by these), None for any other filesystem. The endpoint is the one configured (an
+        S3-compatible store's), else ``"s3"`` (Amazon's)."""
+        if not self._is_s3:
+            return None
+        bucket, key, version = self._fs.split_path(self._path)
+        endpoint = (
+            getattr(self._fs, "endpoint_url", None)
+            or (getattr(self._fs, "client_kwargs", None) or {}).get("endpoint_url")
+            or os.environ.get("AWS_ENDPOINT_URL_S3")
+            or os.environ.get("AWS_ENDPOINT_URL")
+            or "s3"
+        )
+        return str(endpoint), bucket, key, version or None
+
+    async def open_prefix_unless(self, length: int, *, size: int, etag: str) -> Prefix | None:
+        """:meth:`open_prefix` of an S3 object, asked only if it no longer has ``etag``
+        (``IfNoneMatch``): None when S3 answers 304 (the version of ``size`` bytes with that
+        ETag is then taken as opened, see :meth:`assume_version`). One request either way.
 
         Raises:
+            ValueError: not an S3 object; and what :meth:`open_prefix` raises.
+        """
+        if not self._is_s3:
+            raise ValueError(f"{self._url}: only an S3 object is revalidated")
+        data = await self._s3_get(0, length, first=True, unless=etag)
+        if data is None:
+            self.assume_version(size, etag)
+            return None
+        return Prefix(data, self._size, self._validator)
+
+    def assume_version(self, size: int, etag: str | None) -> None:
+        """Take the S3 object's version of ``size`` bytes with ``etag`` as opened, without a
+        request (a persistent cache holds its header): later reads send ``IfMatch`` with it."""
+        self._size = size
+        self._validator = etag
+
+    async def _s3_get(
+        self,
+        start: int,
+        end: int,
+        *,
+        first: bool,
+        suffix: bool = False,
+        unless: str | None = None,
+    ) -> bytes | None:
+        """Bytes ``[start, end)`` of the object in one GET (on the first request ``end`` may
+        lie beyond it; see :meth:`open_prefix`); with ``suffix`` (a first request) its last
+        ``end`` bytes instead; None when ``unless`` (an ETag, on the first request) still
+        names it (HTTP 304).
+
+        Raises:
+            OfflineError: offline mode is on (no request is sent).
             BadResponseError, RemoteFileChangedError, and what :meth:`_translate` gives.
         """
+        self._check_online()
         bucket, key, version = self._fs.split_path(self._path)
         extra: dict[str, Any] = {}
         if version:
             extra["VersionId"] = version
         if not first and self._validator is not None:
             extra["IfMatch"] = self._validator
+        if unless is not None:
+            extra["IfNoneMatch"] = unless
         try:
             response, data = await self._on_own_loop(
                 self._s3_get_object(
@@ -401,6 +469,8 @@ class FsspecSource(ByteSource):
             if first and "InvalidRange" in _chain_text(exc):
                 self._size = 0  # an empty object has no byte 0
                 return b""
+            if unless is not None and _not_modified(exc):
+                return None
             raise self._translate(exc) from exc
         match = _CONTENT_RANGE.fullmatch(str(response.get("ContentRange", "")))
         if match is None and suffix and not data and response.get("ContentLength") == 0:
@@ -566,6 +636,19 @@ def _chain_text(exc: BaseException) -> str:
     return " ".join(repr(seen) for seen in _chain(exc))
 
 
+def _not_modified(exc: BaseException) -> bool:
+    """Whether a GET made with ``IfNoneMatch`` was answered 304 (botocore raises it)."""
+    for seen in _chain(exc):
+        response = getattr(seen, "response", None)
+        if isinstance(response, dict):
+            error = response.get("Error") or {}
+            meta = response.get("ResponseMetadata") or {}
+            code = str(error.get("Code"))
+            if code in ("304", "NotModified") or meta.get("HTTPStatusCode") == 304:
+                return True
+    return False
+
+
 def _refused_precondition(exc: BaseException) -> bool:
     """Whether a conditional read was refused: S3's ``PreconditionFailed`` (botocore), or an
     HTTP 412 (aiohttp's ``ClientResponseError.status`` under fsspec's HTTP filesystem)."""
@@ -573,3 +656,9 @@ def _refused_precondition(exc: BaseException) -> bool:
     if "PreconditionFailed" in text or "pre-conditions" in text:
         return True
     return any(getattr(seen, "status", None) == 412 for seen in _chain(exc))
+
+
+def local_protocol(fs: fsspec.AbstractFileSystem) -> bool:
+    """Whether ``fs`` reads this machine only (local files, memory): allowed offline."""
+    protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
+    return protocol in ("file", "local", "memory")

@@ -11,6 +11,8 @@ what it is:
   :class:`RangeNotSupportedError`, its body never read;
 - :class:`Empty`: an empty file (a first 416 with ``Content-Range: bytes */0``, or a first 200
   from 0 with ``Content-Length: 0``);
+- :class:`Unchanged`: a first 304, the answer to a request made conditional on the file no
+  longer being a version a persistent cache holds (``If-None-Match``, ``If-Modified-Since``);
 - :class:`Follow`: a redirect to follow (no transport follows any itself: every hop, on the
   first request and on later ones, is judged here by :func:`follow`, and its headers chosen by
   :func:`.policy.headers_for`); a redirect that must not be followed is :class:`Failed` with a
@@ -110,6 +112,12 @@ class Empty(NamedTuple):
     body: bool
 
 
+class Unchanged(NamedTuple):
+    """A first 304: the file is still the version the request named; no body."""
+
+    etag: str | None
+
+
 class Follow(NamedTuple):
     """A redirect to follow, to ``url`` (a relative ``Location`` joined as httpx does), which
     :func:`follow` allowed."""
@@ -143,7 +151,7 @@ class Failed(NamedTuple):
     error: Exception
 
 
-Decision = Partial | Whole | Empty | Follow | Retry | Reresolve | Refused | Failed
+Decision = Partial | Whole | Empty | Unchanged | Follow | Retry | Reresolve | Refused | Failed
 
 
 def decide(head: Head, asked: Asked, pin: VersionPin, terms: Terms) -> Decision:
@@ -165,6 +173,8 @@ def decide(head: Head, asked: Asked, pin: VersionPin, terms: Terms) -> Decision:
         return _whole(headers, asked, terms)
     if status == 416 and asked.first:
         return _empty(headers, terms.shown)
+    if status == 304 and asked.first:
+        return Unchanged(headers.get("ETag"))
     if status in REDIRECT_STATUSES and "Location" in headers:
         return follow(url, headers["Location"], asked.visited, terms.shown)
     if status in RETRY_STATUSES:

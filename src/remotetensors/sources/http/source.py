@@ -53,6 +53,7 @@ from ...ranges import ByteRange
 from ...redact import redact_url
 from ...status import Retrying, retrying
 from ..base import ByteSource, Prefix, Suffix
+from ..cache.offline import offline, offline_error
 from ..ratelimit import RouteLimiter, limiter_for
 from ..recipe import SourceRecipe
 from . import client as client_module
@@ -67,6 +68,7 @@ from .answer import (
     Reresolve,
     Retry,
     Terms,
+    Unchanged,
     Whole,
     decide,
     range_ignored,
@@ -158,6 +160,8 @@ class HttpSource(ByteSource):
         self._reresolved = False  # a file's redirect is resolved again at most once
         self._pin = VersionPin()
         self._whole_body: bytes | None = None
+        self._unless: dict[str, str] = {}  # the first request's conditions (open_prefix_unless)
+        self._unchanged = False  # the first request was answered 304
         self._verified = False  # _data_url answered a ranged GET (a caller's client: go direct)
         self._raw: RawRangeClient | None = None
         self._proxied: bool | None = None  # a proxy in the environment (a caller's client)
@@ -177,6 +181,12 @@ class HttpSource(ByteSource):
     def location(self) -> str:
         """The URL without its secrets (password, signatures, tokens: ``***``)."""
         return self._shown
+
+    @property
+    def given_url(self) -> str:
+        """The URL as given, secrets and all (what a persistent cache keys the file by: it
+        keeps only a hash of it)."""
+        return self._given_url
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self._shown}>"
@@ -270,6 +280,48 @@ class HttpSource(ByteSource):
         assert self._pin.size is not None
         return Suffix(bytes(buffer[:received]), self._pin.size, self._pin.validator)
 
+    async def open_prefix_unless(
+        self, length: int, *, size: int, etag: str | None, last_modified: str | None
+    ) -> Prefix | None:
+        """:meth:`open_prefix`, asked only if the file is no longer the version of ``size``
+        bytes with these validators (a strong ETag as ``If-None-Match``, else
+        ``Last-Modified`` as ``If-Modified-Since``): None when the server answers 304 (the
+        version is then taken as opened, see :meth:`assume_version`), else the new version's
+        prefix. One request either way.
+
+        Raises:
+            ValueError: neither validator can make the request conditional.
+            and what :meth:`open_prefix` raises.
+        """
+        if etag is not None and not etag.startswith("W/"):
+            self._unless = {"If-None-Match": etag}
+        elif last_modified is not None:
+            self._unless = {"If-Modified-Since": last_modified}
+        else:
+            raise ValueError(f"{self._shown}: no strong validator to revalidate with")
+        self._unchanged = False
+        try:
+            buffer = bytearray(length)
+            received = await self._fetch(0, length, memoryview(buffer), first=True)
+        finally:
+            self._unless = {}
+        if self._unchanged:
+            self.assume_version(size, etag, last_modified)
+            return None
+        assert self._pin.size is not None
+        return Prefix(bytes(buffer[:received]), self._pin.size, self._pin.validator)
+
+    def version_validators(self) -> tuple[str | None, str | None]:
+        """The ``ETag`` and ``Last-Modified`` of the version opened (None until opened, and
+        for each the answer did not carry)."""
+        return self._pin.etag, self._pin.last_modified
+
+    def assume_version(self, size: int, etag: str | None, last_modified: str | None) -> None:
+        """Take the version of ``size`` bytes with these validators as opened, without a
+        request (a persistent cache holds its header): later reads are tied to it as to the
+        version a first answer shows (conditions sent, every answer checked)."""
+        self._pin.restore(size, etag, last_modified)
+
     async def read_into(self, start: int, buffer: memoryview) -> None:
         end = start + len(buffer)
         size = self._pin.size
@@ -297,7 +349,12 @@ class HttpSource(ByteSource):
         A ``suffix`` request (a first one) fills it with the file's last ``end`` bytes instead
         (``start`` is 0). Every attempt runs under the throughput floor, and all of them under
         the deadline.
+
+        Raises:
+            OfflineError: offline mode is on (no request is sent).
         """
+        if offline():
+            raise offline_error(self._shown)
         options = self._options
         deadline = (
             None
@@ -468,6 +525,8 @@ class HttpSource(ByteSource):
         headers["Accept-Encoding"] = "identity"
         if not first:
             self._pin.add_conditions(headers)
+        else:
+            headers.update(self._unless)
         return headers
 
     # --- one request ----------------------------------------------------------------------------
@@ -593,6 +652,14 @@ class HttpSource(ByteSource):
             return self._use_whole_body(body, headers, start, end, buffer)
         if isinstance(decision, Empty):
             self._pin.adopt(0, headers)
+            return 0
+        if isinstance(decision, Unchanged):
+            if not self._unless:
+                raise BadResponseError(
+                    f"{self._shown}: HTTP 304 Not Modified to a request that named no version "
+                    f"(bytes {start}-{end - 1}, no If-None-Match or If-Modified-Since)"
+                )
+            self._unchanged = True
             return 0
         if isinstance(decision, Retry):
             raise _Retry(decision.reason, decision.wait_seconds)
