@@ -120,6 +120,26 @@ def test_a_pipeline_on_the_hub_reads_nothing_of_the_components_without_weights(
             assert [p for p in paths if p.endswith(f"/{file}")], file
 
 
+def test_a_pipeline_comes_back_from_the_cache(
+    written: tuple[Path, dict[str, bytes]], hub_env: HubStandIn, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # model_index.json, the listing, each component's configs and headers are kept (issue 30):
+    # coming back costs the revision alone, and offline nothing.
+    _, files = written
+    hub_env.add("org/sdxl", files)
+    with rt.open_model("hf://org/sdxl") as m:
+        first = {name: c.num_parameters for name, c in m.components.items()}
+    hub_env.log.clear()
+    with rt.open_model("hf://org/sdxl") as m:
+        assert {name: c.num_parameters for name, c in m.components.items()} == first
+    assert [e.path for e in hub_env.log.entries] == ["/api/models/org/sdxl/revision/main"]
+    hub_env.log.clear()
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with rt.open_model("hf://org/sdxl") as m:
+        check_pipeline(m, files)
+    assert hub_env.log.entries == []
+
+
 def test_a_variant_reads_its_files_and_counts_the_same(
     written: tuple[Path, dict[str, bytes]], hub_env: HubStandIn
 ) -> None:
