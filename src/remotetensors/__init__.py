@@ -16,6 +16,7 @@ from .errors import (
     AmbiguousModelError,
     BackendError,
     BadResponseError,
+    CheckpointMismatchError,
     ChecksumMismatchError,
     ConfigWarning,
     DropInError,
@@ -23,6 +24,7 @@ from .errors import (
     FrameworkError,
     HeaderError,
     HeaderErrorKind,
+    IncompleteLoadError,
     LocationError,
     MissingDependencyError,
     NotFoundError,
@@ -44,6 +46,13 @@ from .errors import (
 if TYPE_CHECKING:
     from .dtypes import DTYPES, DType
     from .index import FileIndex, ModelIndex, TensorInfo, parameter_count
+    from .integrations.torch import (
+        LoadReport,
+        iter_tensors,
+        iter_tensors_async,
+        load_into,
+        load_into_async,
+    )
     from .models.checksum import verify_checksum, verify_checksum_async
     from .models.model import AsyncModel, open_model_async
     from .models.scan import ModelSummary, ScanResult, scan, scan_async
@@ -77,6 +86,10 @@ _LAZY: dict[str, str] = {
     **dict.fromkeys(["Traffic"], ".sources.base"),
     **dict.fromkeys(["HttpOptions"], ".sources.http.client"),
     **dict.fromkeys(["TensorStats"], ".views.stats"),
+    **dict.fromkeys(
+        ["LoadReport", "iter_tensors", "iter_tensors_async", "load_into", "load_into_async"],
+        ".integrations.torch",
+    ),
     **dict.fromkeys(
         ["Model", "TensorSlice", "open_async", "open_model", "safe_open"], ".models.sync"
     ),
@@ -133,6 +146,7 @@ __all__ = [
     "BackendError",
     "BadResponseError",
     "ByteRange",
+    "CheckpointMismatchError",
     "ChecksumMismatchError",
     "Comparison",
     "ConfigWarning",
@@ -144,6 +158,8 @@ __all__ = [
     "HeaderError",
     "HeaderErrorKind",
     "HttpOptions",
+    "IncompleteLoadError",
+    "LoadReport",
     "LocationError",
     "LogicalTensor",
     "MemoryEstimate",
@@ -176,6 +192,10 @@ __all__ = [
     "UnsupportedDtypeError",
     "__version__",
     "compare",
+    "iter_tensors",
+    "iter_tensors_async",
+    "load_into",
+    "load_into_async",
     "open_async",
     "open_model",
     "open_model_async",

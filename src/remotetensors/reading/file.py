@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -26,13 +27,23 @@ copies into it and out of it are cheaper than through memory (a 4 MiB slice of a
 read in 256 KiB chunks takes 60% of the time of one read)."""
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Iterator
+    from collections.abc import Callable, Iterable, Iterator, Sequence
 
     import dask.array as da
     import numpy.typing as npt
 
     from ..index import FileIndex, TensorInfo
     from ..sources.base import ByteSource
+
+
+@dataclass(frozen=True, slots=True)
+class TensorPiece:
+    """Bytes ``[offset, offset + len(buffer))`` of tensor ``name``'s stored bytes go into
+    ``buffer`` (a writable memoryview of exactly that many bytes, owned by the caller)."""
+
+    name: str
+    offset: int
+    buffer: memoryview
 
 
 class AsyncTensorFile:
@@ -153,6 +164,29 @@ class AsyncTensorFile:
             info.name: convert(out.result(), info.dtype, self._framework)
             for info, out in zip(infos, outputs, strict=True)
         }
+
+    async def read_into(self, pieces: Sequence[TensorPiece]) -> None:
+        """Fill caller-given buffers with stored bytes of tensors, in one plan (coalesced,
+        split, concurrent, under the file's budget of requests in flight): for code that owns
+        its destinations (a torch tensor's storage, a staging buffer). Nothing is converted.
+
+        Raises:
+            TensorNotFoundError: a piece names a tensor the file does not hold.
+            ValueError: a piece reaches beyond its tensor's bytes.
+            whatever the source raises; on error, the remaining reads are cancelled.
+        """
+        targets = []
+        for piece in pieces:
+            info = self.info(piece.name)
+            end = piece.offset + len(piece.buffer)
+            if piece.offset < 0 or end > info.nbytes:
+                raise ValueError(
+                    f"{self.location}: bytes [{piece.offset}, {end}) of tensor {piece.name} "
+                    f"asked, but it holds {info.nbytes} bytes"
+                )
+            start = info.start + piece.offset
+            targets.append(Target(ByteRange(start, start + len(piece.buffer)), piece.buffer))
+        await self._fetch(targets)
 
     def get_tensor_now(self, name: str) -> Any | None:
         """:meth:`get_tensor` in the calling thread, when that is cheaper (see below); else None.

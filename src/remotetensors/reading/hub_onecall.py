@@ -30,10 +30,10 @@ from ..options import DEFAULT_CHUNK_BYTES
 from ..sources.hub.api import MetadataAnswer, endpoint_support, fetch_sharded_metadata
 from ..sources.hub.repo import hub_status_error
 from ..sources.resolve import HubPlace
-from .file import AsyncTensorFile, AsyncTensorSlice
+from .file import AsyncTensorFile, AsyncTensorSlice, TensorPiece
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable
+    from collections.abc import Callable, Iterable, Sequence
 
     from ..formats.index_json import ShardIndex
     from ..options import ReadOptions
@@ -216,6 +216,11 @@ class LazyTensorFile(AsyncTensorFile):
         self._check_open()
         await self._ensure_open()
         return await super().get_tensor_bytes(name)
+
+    async def read_into(self, pieces: Sequence[TensorPiece]) -> None:
+        self._check_open()
+        await self._ensure_open()  # the pieces' offsets are read from the final index
+        await super().read_into(pieces)
 
     async def _read_slice(self, info: TensorInfo, index: Any) -> Any:
         self._check_open()
