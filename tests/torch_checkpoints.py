@@ -63,7 +63,7 @@ def empty_bert(config: Any) -> Any:
         return transformers.BertModel(config).eval()
 
 
-_Module: Any = torch.nn.Module
+_Module: Any = torch.nn.Module  # a base class mypy accepts from an optional import
 
 
 class OneLayer(_Module):  # type: ignore[misc]
