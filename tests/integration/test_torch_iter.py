@@ -12,7 +12,14 @@ import pytest
 import remotetensors as rt
 import remotetensors.torch as rt_torch
 from tests.servers import FaultyServer
-from tests.torch_checkpoints import bert_checkpoint, bert_config, safetensors_torch, torch
+from tests.torch_checkpoints import (
+    accelerate,
+    bert_checkpoint,
+    bert_config,
+    safetensors_torch,
+    torch,
+    transformers,
+)
 
 _Module: Any = torch.nn.Module  # a base class mypy accepts from an optional import
 
@@ -154,11 +161,9 @@ def _model_and_files(tmp_path: Path) -> tuple[Any, Path, Path]:
 
 @pytest.mark.parametrize("strict", [True, False])
 def test_load_model_returns_what_the_reference_returns(strict: bool, tmp_path: Path) -> None:
-    from transformers import BertModel
-
     config, plain, changed = _model_and_files(tmp_path)
     for path in (plain, changed):
-        ours_model, theirs_model = BertModel(config), BertModel(config)
+        ours_model, theirs_model = transformers.BertModel(config), transformers.BertModel(config)
         if path == changed and strict:
             with pytest.raises(RuntimeError) as theirs_error:
                 safetensors_torch.load_model(theirs_model, path)
@@ -181,13 +186,10 @@ def test_load_model_returns_what_the_reference_returns(strict: bool, tmp_path: P
 def test_load_model_fills_a_meta_model_where_the_reference_leaves_it_on_meta(
     tmp_path: Path,
 ) -> None:
-    from accelerate import init_empty_weights
-    from transformers import BertModel
-
     config, plain, _ = _model_and_files(tmp_path)
     reference = safetensors_torch.load_file(plain)
-    with init_empty_weights():
-        theirs, ours = BertModel(config), BertModel(config)
+    with accelerate.init_empty_weights():
+        theirs, ours = transformers.BertModel(config), transformers.BertModel(config)
     with pytest.warns(UserWarning, match="copying from a non-meta parameter"):
         safetensors_torch.load_model(theirs, plain)
     assert theirs.pooler.dense.weight.is_meta
