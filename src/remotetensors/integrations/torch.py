@@ -30,7 +30,7 @@ from .torch_plan import LISTED_NAMES, module_slots, plan_load, restore_ties, tie
 from .torch_stream import DEFAULT_MAX_IN_FLIGHT_BYTES, Budget, Filling, Streamer
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncGenerator, Iterable, Iterator, Mapping
+    from collections.abc import AsyncGenerator, Generator, Iterable, Mapping
 
     import torch
 
@@ -334,7 +334,7 @@ def iter_tensors(
     storage_options: Mapping[str, Any] | None = None,
     token: str | bool | None = None,
     revision: str | None = None,
-) -> Iterator[tuple[str, Any]]:
+) -> Generator[tuple[str, Any], None, None]:
     """Yield ``(name, tensor)`` for the checkpoint's tensors in file order (shard by shard, by
     offset), fetching ahead while the caller works, with at most ``max_in_flight_bytes`` of
     tensors fetched and not yet yielded (a tensor larger than that is fetched alone).
