@@ -224,7 +224,13 @@ async def _place(staged: list[tuple[Piece, int]], lane: _Lane) -> None:
         first = piece.offset // itemsize
         destination = piece.filling.tensor.view(-1)[first : first + source.numel()]
         if destination.device.type == "cuda":
-            destination.copy_(source, non_blocking=True)
+            if source.dtype == destination.dtype:
+                destination.copy_(source, non_blocking=True)
+            else:
+                # The file's bytes cross as they are and are converted on the device (a
+                # temporary of one piece there): copy_ would convert on the host, in this
+                # thread, into pageable memory, before a copy that then blocks.
+                destination.copy_(source.to(destination.device, non_blocking=True))
             devices.add(destination.device)
         elif piece.length >= THREAD_COPY_BYTES:
             await asyncio.to_thread(destination.copy_, source)
