@@ -129,6 +129,13 @@ PUBLIC_NAMES = {
     "TensorView",
     "Traffic",
     "compare",
+    "CheckpointMismatchError",
+    "IncompleteLoadError",
+    "LoadReport",
+    "iter_tensors",
+    "iter_tensors_async",
+    "load_into",
+    "load_into_async",
 }
 
 

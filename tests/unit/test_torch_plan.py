@@ -250,3 +250,27 @@ async def test_the_byte_budget_serves_in_order_and_lets_a_large_request_go_alone
     budget.release(100)
     assert await small == 10
     assert order == ["large", "small"]
+
+
+def test_the_load_errors_are_the_builtins_torch_users_catch_and_pickle_whole() -> None:
+    import pickle
+
+    import remotetensors as rt
+
+    mismatch = CheckpointMismatchError(
+        "m: the checkpoint does not fit Linear",
+        location="m",
+        missing=("bias",),
+        mismatched={"weight": ((3, 4), (5, 4))},
+    )
+    assert isinstance(mismatch, RuntimeError)
+    assert isinstance(mismatch, rt.RemoteTensorsError)
+    back = pickle.loads(pickle.dumps(mismatch))
+    assert (back.location, back.missing, back.mismatched) == ("m", ("bias",), mismatch.mismatched)
+    incomplete = rt.IncompleteLoadError(
+        "m: reading stopped", location="m", loaded=("a",), not_loaded=("b",)
+    )
+    assert isinstance(incomplete, OSError)
+    assert str(incomplete) == "m: reading stopped"
+    back = pickle.loads(pickle.dumps(incomplete))
+    assert (back.loaded, back.not_loaded, str(back)) == (("a",), ("b",), "m: reading stopped")
