@@ -6,10 +6,12 @@ for a local path as for ``hf://``, ``https://``, ``s3://`` (any fsspec URL), one
 sharded checkpoint. Only the bytes asked for cross the network, straight into the tensors.
 
 Where ours differs, on purpose: ``load_model`` checks names and shapes against the headers
-before reading anything (``safetensors`` loads the whole file first, then raises with
-``strict=True`` and leaves the model half changed), reads only the tensors the model holds,
-and replaces parameters on the meta device with real ones on ``device`` (``safetensors`` leaves
-them on meta). Its errors are ``RuntimeError``\\ s, as there.
+before reading anything (``safetensors`` loads the whole file into the model first, then
+raises with ``strict=True``), reads only the tensors the model holds,
+replaces parameters on the meta device with real ones on ``device`` (``safetensors`` leaves
+them on meta), and counts a checkpoint's copy of a non-persistent buffer (BERT's
+``position_ids``) neither missing nor unexpected (``safetensors`` reports it unexpected, and
+raises for it with ``strict=True``). Its errors are ``RuntimeError`` subclasses, as there.
 """
 
 from __future__ import annotations
