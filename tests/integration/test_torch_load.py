@@ -435,3 +435,58 @@ async def test_the_async_twin(tmp_path: Path) -> None:
     report = await rt.load_into_async(module, tmp_path / "m.safetensors")
     assert report.missing == ()
     _check_filled(module, model)
+
+
+def test_a_non_contiguous_parameter_is_filled_in_place(tmp_path: Path) -> None:
+    class Transposed(_Module):  # type: ignore[misc]
+        def __init__(self) -> None:
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.zeros(4, 3).t())  # (3, 4), not contiguous
+
+    source = torch.arange(12, dtype=torch.float32).reshape(3, 4)
+    path = tmp_path / "w.safetensors"
+    safetensors_torch.save_file({"w": source}, path)
+    module = Transposed()
+    weight = module.w
+    assert not weight.is_contiguous()
+    rt.load_into(module, path)
+    assert module.w is weight
+    assert not weight.is_contiguous()
+    assert torch.equal(weight, source)
+
+
+def test_conversions_through_the_smallest_staging_lanes(tmp_path: Path) -> None:
+    config = bert_config(num_hidden_layers=1, vocab_size=512)
+    model, _ = bert_checkpoint(config)
+    half = {
+        k: v.to(torch.float16) if v.is_floating_point() else v
+        for k, v in model.state_dict().items()
+    }
+    path = tmp_path / "f16.safetensors"
+    safetensors_torch.save_file(half, path)
+    module = empty_bert(config)  # float32 on meta: every float tensor converted on arrival
+    report = rt.load_into(module, path, max_in_flight_bytes=64 * 1024)
+    assert len(report.converted) == len([v for v in half.values() if v.is_floating_point()])
+    for name, tensor in half.items():
+        assert torch.equal(module.state_dict()[name], tensor.to(module.state_dict()[name].dtype))
+    bf16 = empty_bert(config)
+    rt.load_into(bf16, path, dtype=torch.bfloat16, max_in_flight_bytes=64 * 1024)
+    for name, tensor in half.items():
+        expected = tensor.to(torch.bfloat16) if tensor.is_floating_point() else tensor
+        assert torch.equal(bf16.state_dict()[name], expected), name
+
+
+def test_arguments_are_checked_before_anything_is_opened(faulty: FaultyServer) -> None:
+    url = faulty.put("m.safetensors", safetensors_torch.save(torch.nn.Linear(2, 2).state_dict()))
+    with pytest.raises(ValueError, match="max_in_flight_bytes must be at least 65536"):
+        rt.load_into(torch.nn.Linear(2, 2), url, max_in_flight_bytes=1000)
+    with pytest.raises(rt.FrameworkError, match="meta"):
+        rt.load_into(torch.nn.Linear(2, 2), url, device="meta")
+    with pytest.raises(rt.FrameworkError, match="not a torch device"):
+        rt.load_into(torch.nn.Linear(2, 2), url, device="nowhere")
+    with pytest.raises(TypeError, match=r"dtype must be a torch\.dtype"):
+        rt.load_into(torch.nn.Linear(2, 2), url, dtype="float16")  # type: ignore[arg-type]
+    if not torch.cuda.is_available():
+        with pytest.raises(rt.FrameworkError, match="sees no CUDA device"):
+            rt.load_into(torch.nn.Linear(2, 2), url, device="cuda")
+    assert faulty.log.entries == []

@@ -42,6 +42,12 @@ so that the next batch is on the wire while one is being converted or copied."""
 ALIGN = 64
 """Pieces sit at offsets of a staging buffer that are multiples of this (any element size)."""
 
+ALONE_BYTES = 1024 * 1024
+"""A piece read straight into its tensor that is at least this long is asked for alone: a
+request costs little next to a megabyte's transfer, while one plan with its neighbours would
+merge them into a part read through a temporary buffer (a fresh allocation, one more copy).
+Smaller pieces of a batch share one plan, so small tensors still cost one request together."""
+
 THREAD_COPY_BYTES = 1024 * 1024
 """A conversion or copy of at least this many bytes runs in a worker thread, so that the event
 loop keeps receiving the other lanes' bytes meanwhile."""
@@ -166,7 +172,8 @@ class Streamer:
             await self._batch(queue.popleft(), lane)
 
     async def _batch(self, batch: list[Piece], lane: _Lane) -> None:
-        requests: list[TensorPiece] = []
+        together: list[TensorPiece] = []
+        alone: list[TensorPiece] = []
         staged: list[tuple[Piece, int]] = []
         at = 0
         for piece in batch:
@@ -178,8 +185,15 @@ class Streamer:
                 buffer = lane.buffer(at, piece.length)
                 staged.append((piece, at))
                 at += -(-piece.length // ALIGN) * ALIGN
-            requests.append(TensorPiece(filling.read.checkpoint_name, piece.offset, buffer))
-        await self._model.read_into(requests)
+            request = TensorPiece(filling.read.checkpoint_name, piece.offset, buffer)
+            if direct is not None and piece.length >= ALONE_BYTES:
+                alone.append(request)
+            else:
+                together.append(request)
+        reads = [self._model.read_into([request]) for request in alone]
+        if together:
+            reads.append(self._model.read_into(together))
+        await gather_or_cancel(reads)
         if staged:
             await _place(staged, lane)
         for piece in batch:
