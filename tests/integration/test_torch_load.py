@@ -435,6 +435,8 @@ async def test_the_async_twin(tmp_path: Path) -> None:
     report = await rt.load_into_async(module, tmp_path / "m.safetensors")
     assert report.missing == ()
     _check_filled(module, model)
+    # Read from worker threads, lane by lane, and every byte counted once.
+    assert report.bytes_read == len(data)
 
 
 def test_a_non_contiguous_parameter_is_filled_in_place(tmp_path: Path) -> None:

@@ -155,6 +155,7 @@ class Streamer:
         self._model = model
         self._budget = budget
         self._done = done
+        self._local = model.reads_now
 
     async def run(self, fillings: Sequence[Filling]) -> None:
         """Read every filling (in the given order, up to ``lanes`` batches at once)."""
@@ -190,10 +191,15 @@ class Streamer:
                 alone.append(request)
             else:
                 together.append(request)
-        reads = [self._model.read_into([request]) for request in alone]
-        if together:
-            reads.append(self._model.read_into(together))
-        await gather_or_cancel(reads)
+        if self._local:
+            # A local file: the batch's positioned reads in one worker thread, lanes in
+            # parallel; a trip through the event loop per read would cost more than the read.
+            await asyncio.to_thread(self._model.read_into_now, [*alone, *together])
+        else:
+            reads = [self._model.read_into([request]) for request in alone]
+            if together:
+                reads.append(self._model.read_into(together))
+            await gather_or_cancel(reads)
         if staged:
             await _place(staged, lane)
         for piece in batch:

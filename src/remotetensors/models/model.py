@@ -349,6 +349,29 @@ class AsyncModel:
             by_file.setdefault(file, []).append(piece)
         await gather_or_cancel([self._files[f].read_into(p) for f, p in by_file.items()])
 
+    @property
+    def reads_now(self) -> bool:
+        """Whether every file reads without an event loop (local files), so that
+        :meth:`read_into_now` reads."""
+        return bool(self._files) and all(f.reads_now for f in self._files.values())
+
+    def read_into_now(self, pieces: Sequence[TensorPiece]) -> bool:
+        """:meth:`read_into` in the calling thread when every file reads without an event loop
+        (see :attr:`reads_now` and :meth:`AsyncTensorFile.read_into_now`); else False, having
+        read nothing. Safe to call from several threads at once.
+
+        Raises:
+            TensorNotFoundError, ValueError: as :meth:`read_into`.
+        """
+        if not self.reads_now:
+            return False
+        self.select([piece.name for piece in pieces])
+        for piece in pieces:
+            file = self.tensors[piece.name].file
+            assert file is not None
+            self._files[file].read_into_now([piece])
+        return True
+
     def get_slice(self, name: str) -> Any:
         """A lazy view of a tensor: ``await model.get_slice(name)[rows]``."""
         self.select([name])

@@ -175,6 +175,10 @@ class AsyncTensorFile:
             ValueError: a piece reaches beyond its tensor's bytes.
             whatever the source raises; on error, the remaining reads are cancelled.
         """
+        await self._fetch(self._targets(pieces))
+
+    def _targets(self, pieces: Sequence[TensorPiece]) -> list[Target]:
+        """The file's byte ranges of ``pieces``, each with its buffer."""
         targets = []
         for piece in pieces:
             info = self.info(piece.name)
@@ -186,7 +190,34 @@ class AsyncTensorFile:
                 )
             start = info.start + piece.offset
             targets.append(Target(ByteRange(start, start + len(piece.buffer)), piece.buffer))
-        await self._fetch(targets)
+        return targets
+
+    @property
+    def reads_now(self) -> bool:
+        """Whether the source reads without an event loop (a local file), so that
+        :meth:`read_into_now` can read."""
+        return self._source.blocking() is not None
+
+    def read_into_now(self, pieces: Sequence[TensorPiece]) -> bool:
+        """:meth:`read_into` in the calling thread when the source reads without an event loop
+        (a local file); else False, having read nothing. Each piece is one positioned read
+        straight into its buffer (one that starts in the bytes held since the open is copied
+        from them): a ``preadv`` costs microseconds, nothing is worth coalescing. Not a second
+        bridge: nothing here waits on a loop. Safe to call from several threads at once.
+
+        Raises:
+            TensorNotFoundError, ValueError: as :meth:`read_into`.
+            RemoteFileChangedError: the file changed since it was opened.
+        """
+        blocking = self._source.blocking()
+        if blocking is None:
+            return False
+        self._check_open()
+        for target in self._targets(pieces):
+            fetch_into_blocking(
+                blocking.read_into_now, [target], options=self._options, cached_prefix=self._prefix
+            )
+        return True
 
     def get_tensor_now(self, name: str) -> Any | None:
         """:meth:`get_tensor` in the calling thread, when that is cheaper (see below); else None.

@@ -230,6 +230,13 @@ class LazyTensorFile(AsyncTensorFile):
     def read_slice_now(self, info: TensorInfo, index: Any) -> Any | None:
         return None  # the offsets are final only once the async opening has run
 
+    @property
+    def reads_now(self) -> bool:
+        return False  # the same: its first read is the async opening
+
+    def read_into_now(self, pieces: Sequence[TensorPiece]) -> bool:
+        return False
+
     def get_slice(self, name: str) -> AsyncTensorSlice:
         return AsyncTensorSlice(self, self.info(name))
 
