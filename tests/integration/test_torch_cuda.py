@@ -49,7 +49,9 @@ def test_a_meta_model_lands_on_the_gpu(tmp_path: Path, faulty: FaultyServer) -> 
             ours = module(tokens.cuda()).last_hidden_state.cpu()
             theirs = model.cuda()(tokens.cuda()).last_hidden_state.cpu()
         model.cpu()
-        assert torch.equal(ours, theirs)
+        # The same weights through the same kernels; allclose, as GPU kernels may pick their
+        # algorithms per run.
+        assert torch.allclose(ours, theirs, rtol=0, atol=1e-5)
 
 
 def test_real_gpu_parameters_are_filled_in_place(tmp_path: Path) -> None:
