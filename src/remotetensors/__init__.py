@@ -46,13 +46,8 @@ from .errors import (
 if TYPE_CHECKING:
     from .dtypes import DTYPES, DType
     from .index import FileIndex, ModelIndex, TensorInfo, parameter_count
-    from .integrations.torch import (
-        LoadReport,
-        iter_tensors,
-        iter_tensors_async,
-        load_into,
-        load_into_async,
-    )
+    from .integrations.torch import LoadReport, load_into, load_into_async
+    from .integrations.torch_iter import iter_tensors, iter_tensors_async
     from .models.checksum import verify_checksum, verify_checksum_async
     from .models.model import AsyncModel, open_model_async
     from .models.scan import ModelSummary, ScanResult, scan, scan_async
@@ -86,10 +81,8 @@ _LAZY: dict[str, str] = {
     **dict.fromkeys(["Traffic"], ".sources.base"),
     **dict.fromkeys(["HttpOptions"], ".sources.http.client"),
     **dict.fromkeys(["TensorStats"], ".views.stats"),
-    **dict.fromkeys(
-        ["LoadReport", "iter_tensors", "iter_tensors_async", "load_into", "load_into_async"],
-        ".integrations.torch",
-    ),
+    **dict.fromkeys(["LoadReport", "load_into", "load_into_async"], ".integrations.torch"),
+    **dict.fromkeys(["iter_tensors", "iter_tensors_async"], ".integrations.torch_iter"),
     **dict.fromkeys(
         ["Model", "TensorSlice", "open_async", "open_model", "safe_open"], ".models.sync"
     ),

@@ -19,7 +19,8 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
-from .integrations.torch import iter_tensors, load_checkpoint, torch_device
+from .integrations.torch import load_checkpoint, torch_device
+from .integrations.torch_iter import iter_tensors
 from .integrations.torch_stream import DEFAULT_MAX_IN_FLIGHT_BYTES
 from .models.sync import run_sync
 from .options import ReadOptions

@@ -12,7 +12,7 @@ torch = pytest.importorskip("torch", reason="torch is not installed (the CPU whe
 
 from remotetensors.errors import CheckpointMismatchError, UnsupportedDtypeError  # noqa: E402
 from remotetensors.index import TensorInfo  # noqa: E402
-from remotetensors.integrations.torch import _ByteBudget  # noqa: E402
+from remotetensors.integrations.torch_iter import _ByteBudget  # noqa: E402
 from remotetensors.integrations.torch_plan import plan_load  # noqa: E402
 from remotetensors.integrations.torch_stream import (  # noqa: E402
     ALIGN,
