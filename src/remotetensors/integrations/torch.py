@@ -5,9 +5,8 @@ location we read (one file or shards; the hub, HTTP, fsspec, local): the module'
 matched to the headers and every name, shape and dtype is checked before any tensor data is
 asked for; then only the tensors the module holds are read, from only the shards that hold them,
 straight into their final tensors, with at most ``max_in_flight_bytes`` asked for and not yet in
-place (see :mod:`.torch_stream`). :func:`~.torch_iter.iter_tensors` hands tensors out one by one in file order
-under the same kind of bound, for code that converts or shards as it goes (see
-:mod:`.torch_iter`).
+place (see :mod:`.torch_stream`). :mod:`.torch_iter` hands tensors out one by one in file
+order under the same kind of bound, for code that converts or shards as it goes.
 """
 
 from __future__ import annotations
