@@ -306,6 +306,86 @@ class OfflineError(RemoteTensorsError, ConnectionError):
     ``OfflineModeIsEnabled`` is."""
 
 
+class CheckpointMismatchError(RemoteTensorsError, RuntimeError):
+    """A checkpoint does not fit the torch module it is loaded into: a tensor whose shape
+    differs (always an error), or, with ``strict=True``, names the module holds and the
+    checkpoint lacks or the reverse. Raised from the headers alone, before any tensor data is
+    asked for. A ``RuntimeError``, as ``torch.nn.Module.load_state_dict`` raises.
+
+    Attributes:
+        location: the checkpoint (secrets redacted).
+        missing: module names the checkpoint lacks (raised with ``strict=True`` only).
+        unexpected: checkpoint names the module lacks (raised with ``strict=True`` only).
+        mismatched: module name -> (the module's shape, the checkpoint's shape).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        location: str,
+        missing: tuple[str, ...] = (),
+        unexpected: tuple[str, ...] = (),
+        mismatched: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.location = location
+        self.missing = missing
+        self.unexpected = unexpected
+        self.mismatched = dict(mismatched or {})
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        fields = {
+            "location": self.location,
+            "missing": self.missing,
+            "unexpected": self.unexpected,
+            "mismatched": self.mismatched,
+        }
+        return (_rebuild, (type(self), tuple(self.args), fields))
+
+
+class IncompleteLoadError(RemoteTensorsError, OSError):
+    """Reading a checkpoint into a torch module stopped part way (the network failed, the file
+    changed). Only tensors whose every byte arrived were put in the module and are named in
+    ``loaded``; a tensor cut short is not: a meta parameter stays on meta, a real one filled in
+    place holds some new bytes and is named in ``not_loaded``. The cause is chained
+    (``__cause__``).
+
+    Attributes:
+        location: the checkpoint (secrets redacted).
+        loaded: module names filled completely before the failure.
+        not_loaded: module names that were to be filled and were not.
+        report: the load's report so far (a ``remotetensors.integrations.torch.LoadReport``).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        location: str,
+        loaded: tuple[str, ...],
+        not_loaded: tuple[str, ...],
+        report: Any = None,
+    ) -> None:
+        super().__init__(message)
+        self.location = location
+        self.loaded = loaded
+        self.not_loaded = not_loaded
+        self.report = report
+
+    def __str__(self) -> str:
+        return str(self.args[0])  # OSError would show a tuple of several arguments
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        fields = {
+            "location": self.location,
+            "loaded": self.loaded,
+            "not_loaded": self.not_loaded,
+            "report": self.report,
+        }
+        return (_rebuild, (type(self), tuple(self.args), fields))
+
+
 def did_you_mean(name: str, known: Iterable[str]) -> str:
     """``"; did you mean 'x'?"`` for the names closest to ``name``, or ``""`` when none is."""
     import difflib  # here: 1.4 ms that only a miss pays, not every import

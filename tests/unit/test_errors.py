@@ -132,6 +132,13 @@ PUBLIC_NAMES = {
     "LeftOutWarning",
     "ReadOnlyStoreError",
     "OfflineError",
+    "CheckpointMismatchError",
+    "IncompleteLoadError",
+    "LoadReport",
+    "iter_tensors",
+    "iter_tensors_async",
+    "load_into",
+    "load_into_async",
 }
 
 

@@ -48,13 +48,13 @@ from .discovery import close_files, discover
 from .opening import Opening
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping
+    from collections.abc import Iterable, Mapping, Sequence
 
     import dask.array as da
     import zarr.abc.store
 
     from ..formats.model_index import PipelineManifest
-    from ..reading.file import AsyncTensorFile
+    from ..reading.file import AsyncTensorFile, TensorPiece
     from ..sources.http.client import Client
     from .adapter import Adapter
 
@@ -393,6 +393,47 @@ class AsyncModel:
 
         await gather_or_cancel([load(f, n) for f, n in by_file.items()])
         return {name: results[name] for name in wanted}
+
+    async def read_into(self, pieces: Sequence[TensorPiece]) -> None:
+        """Fill caller-given buffers with stored bytes of tensors (see
+        :meth:`AsyncTensorFile.read_into`), each shard's pieces in one plan, the shards
+        concurrently, under the model's one budget of requests in flight.
+
+        Raises:
+            TensorNotFoundError: a piece names a tensor the model does not hold.
+            ValueError: a piece reaches beyond its tensor's bytes.
+            whatever the sources raise; on error, the remaining reads are cancelled.
+        """
+        self.select([piece.name for piece in pieces])
+        by_file: dict[str, list[TensorPiece]] = {}
+        for piece in pieces:
+            file = self.tensors[piece.name].file
+            assert file is not None
+            by_file.setdefault(file, []).append(piece)
+        await gather_or_cancel([self._files[f].read_into(p) for f, p in by_file.items()])
+
+    @property
+    def reads_now(self) -> bool:
+        """Whether every file reads without an event loop (local files), so that
+        :meth:`read_into_now` reads."""
+        return bool(self._files) and all(f.reads_now for f in self._files.values())
+
+    def read_into_now(self, pieces: Sequence[TensorPiece]) -> bool:
+        """:meth:`read_into` in the calling thread when every file reads without an event loop
+        (see :attr:`reads_now` and :meth:`AsyncTensorFile.read_into_now`); else False, having
+        read nothing. Safe to call from several threads at once.
+
+        Raises:
+            TensorNotFoundError, ValueError: as :meth:`read_into`.
+        """
+        if not self.reads_now:
+            return False
+        self.select([piece.name for piece in pieces])
+        for piece in pieces:
+            file = self.tensors[piece.name].file
+            assert file is not None
+            self._files[file].read_into_now([piece])
+        return True
 
     def get_slice(self, name: str) -> Any:
         """A lazy view of a tensor: ``await model.get_slice(name)[rows]``."""

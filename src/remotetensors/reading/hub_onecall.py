@@ -31,7 +31,7 @@ from ..sources.cache.source import read_metadata
 from ..sources.hub.api import MetadataAnswer, endpoint_support, fetch_sharded_metadata
 from ..sources.hub.repo import hub_status_error
 from ..sources.resolve import HubPlace
-from .file import AsyncTensorFile, AsyncTensorSlice, TensorBytes
+from .file import AsyncTensorFile, AsyncTensorSlice, TensorBytes, TensorPiece
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Sequence
@@ -226,6 +226,11 @@ class LazyTensorFile(AsyncTensorFile):
         await self._ensure_open()
         await super().read_tensor_bytes(parts)
 
+    async def read_into(self, pieces: Sequence[TensorPiece]) -> None:
+        self._check_open()
+        await self._ensure_open()  # the pieces' offsets are read from the final index
+        await super().read_into(pieces)
+
     async def _read_slice(self, info: TensorInfo, index: Any) -> Any:
         self._check_open()
         await self._ensure_open()
@@ -233,6 +238,13 @@ class LazyTensorFile(AsyncTensorFile):
 
     def read_slice_now(self, info: TensorInfo, index: Any) -> Any | None:
         return None  # the offsets are final only once the async opening has run
+
+    @property
+    def reads_now(self) -> bool:
+        return False  # the same: its first read is the async opening
+
+    def read_into_now(self, pieces: Sequence[TensorPiece]) -> bool:
+        return False
 
     def get_slice(self, name: str) -> AsyncTensorSlice:
         return AsyncTensorSlice(self, self.info(name))

@@ -7,6 +7,7 @@ else (headers, tensors, planning) sits above it.
 from __future__ import annotations
 
 import abc
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
@@ -264,36 +265,43 @@ class CountingSource(ByteSource):
 
 class _CountingBlocking:
     """A blocking twin with its reads counted in ``traffic``, as :class:`CountingSource`
-    counts the async ones (one request per call, the bytes it delivered)."""
+    counts the async ones (one request per call, the bytes it delivered). Blocking reads may
+    run in several threads at once (torch loading reads a local file from worker threads), so
+    the counts change under a lock; the reads themselves run outside it."""
 
-    __slots__ = ("_inner", "_traffic")
+    __slots__ = ("_inner", "_lock", "_traffic")
 
     def __init__(self, inner: BlockingSource, traffic: Traffic) -> None:
         self._inner = inner
         self._traffic = traffic
+        self._lock = threading.Lock()
 
     @property
     def location(self) -> str:
         return self._inner.location
 
     def open_prefix_now(self, length: int) -> Prefix:
-        self._traffic._begin()
+        with self._lock:
+            self._traffic._begin()
         received = 0
         try:
             prefix = self._inner.open_prefix_now(length)
             received = len(prefix.data)
             return prefix
         finally:
-            self._traffic._end(received)
+            with self._lock:
+                self._traffic._end(received)
 
     def read_into_now(self, start: int, buffer: memoryview) -> None:
-        self._traffic._begin()
+        with self._lock:
+            self._traffic._begin()
         received = 0
         try:
             self._inner.read_into_now(start, buffer)
             received = len(buffer)
         finally:
-            self._traffic._end(received)
+            with self._lock:
+                self._traffic._end(received)
 
     def close_now(self) -> None:
         self._inner.close_now()
