@@ -38,16 +38,6 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True, slots=True)
-class TensorBytes:
-    """Bytes ``[offset, offset + len(buffer))`` of tensor ``name``'s data, as stored in the file
-    (packed for F4 and F6), go into ``buffer``; ``offset`` counts from the tensor's first byte."""
-
-    name: str
-    offset: int
-    buffer: memoryview
-
-
-@dataclass(frozen=True, slots=True)
 class TensorPiece:
     """Bytes ``[offset, offset + len(buffer))`` of tensor ``name``'s stored bytes go into
     ``buffer`` (a writable memoryview of exactly that many bytes, owned by the caller)."""
@@ -307,30 +297,6 @@ class AsyncTensorFile:
             info.name: convert(out.result(), info.dtype, self._framework)
             for info, out in zip(infos, outputs, strict=True)
         }
-
-    async def read_tensor_bytes(self, parts: Sequence[TensorBytes]) -> None:
-        """Fill each part's buffer with its bytes, all parts in one plan: coalesced (holes up to
-        ``max_gap_bytes``), split and fetched concurrently, as :meth:`get_tensors` reads. Bytes
-        land in the buffers given; nothing else is allocated but the pieces a coalesced read
-        bridges.
-
-        Raises:
-            TensorNotFoundError: a part names a tensor the file does not hold.
-            ValueError: a part reaches outside its tensor's bytes.
-            RemoteFileChangedError: the file is no longer the version opened.
-        """
-        targets = []
-        for part in parts:
-            info = self.info(part.name)
-            start = info.start + part.offset
-            end = start + len(part.buffer)
-            if part.offset < 0 or end > info.end:
-                raise ValueError(
-                    f"{self.location}: bytes [{part.offset}, {part.offset + len(part.buffer)}) "
-                    f"lie outside tensor {part.name} ({info.nbytes} bytes)"
-                )
-            targets.append(Target(ByteRange(start, end), part.buffer))
-        await self._fetch(targets)
 
     def recipe(self) -> SourceRecipe:
         """How to open this file again, at the version read here: its URL (a hub file's at the

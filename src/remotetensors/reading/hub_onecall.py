@@ -31,7 +31,7 @@ from ..sources.cache.source import read_metadata
 from ..sources.hub.api import MetadataAnswer, endpoint_support, fetch_sharded_metadata
 from ..sources.hub.repo import hub_status_error
 from ..sources.resolve import HubPlace
-from .file import AsyncTensorFile, AsyncTensorSlice, TensorBytes, TensorPiece
+from .file import AsyncTensorFile, AsyncTensorSlice, TensorPiece
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Sequence
@@ -220,11 +220,6 @@ class LazyTensorFile(AsyncTensorFile):
         self._check_open()
         await self._ensure_open()
         return await super().get_tensor_bytes(name)
-
-    async def read_tensor_bytes(self, parts: Sequence[TensorBytes]) -> None:
-        self._check_open()
-        await self._ensure_open()
-        await super().read_tensor_bytes(parts)
 
     async def read_into(self, pieces: Sequence[TensorPiece]) -> None:
         self._check_open()

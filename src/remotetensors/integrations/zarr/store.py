@@ -3,7 +3,7 @@
 :class:`CheckpointStore` is a ``zarr.abc.store.Store`` whose root group holds one array per
 tensor (see :mod:`.layout`). Its metadata documents are made from the headers when the store is
 made; nothing is read to open it. A chunk key is read through the model's own file objects
-(:meth:`~remotetensors.reading.file.AsyncTensorFile.read_tensor_bytes`), so the reader's
+(:meth:`~remotetensors.reading.file.AsyncTensorFile.read_into`), so the reader's
 retries, version pin, budget of requests in flight and coalescing apply: chunks that zarr asks
 for together (it asks for those of one selection concurrently) are gathered for
 ``coalesce_window_seconds`` and read in one plan, adjacent ones in one request.
@@ -35,7 +35,7 @@ from zarr.abc.store import (
 
 from ...dtypes import unpack
 from ...errors import LeftOutWarning, ReadOnlyStoreError, warn_at_caller
-from ...reading.file import TensorBytes
+from ...reading.file import TensorPiece
 from .kinds import usable
 from .layout import ArrayPlan, Plan, group_attributes, plan_arrays
 
@@ -209,7 +209,7 @@ class CheckpointStore(Store):
             # One value a byte in the chunk: the rows' packed bytes, unpacked, then cut.
             offset, length = array.file_bytes(first, last)
             raw = np.empty(length, dtype=np.uint8)
-            await self._read(array, [TensorBytes(array.path, offset, raw.data)])
+            await self._read(array, [TensorPiece(array.path, offset, raw.data)])
             values = (last - first) * array.row_values
             encoded = unpack(raw, array.info.dtype_info, values).view(np.uint8)
             stop = min(end, encoded.size)
@@ -219,11 +219,11 @@ class CheckpointStore(Store):
         offset, length = array.file_bytes(first, last)
         stop = min(end, length)  # past the rows: the chunk's padding, zeros
         if stop > start:
-            part = TensorBytes(array.path, offset + start, out.data[: stop - start])
+            part = TensorPiece(array.path, offset + start, out.data[: stop - start])
             await self._read(array, [part])
         return out
 
-    async def _read(self, array: ArrayPlan, parts: list[TensorBytes]) -> None:
+    async def _read(self, array: ArrayPlan, parts: list[TensorPiece]) -> None:
         file = array.info.file
         assert file is not None
         await self._reads.read(self._model.file(file), parts)
@@ -351,7 +351,7 @@ async def _on_loop(loop: asyncio.AbstractEventLoop, coroutine: Coroutine[Any, An
 @dataclass(slots=True)
 class _Waiting:
     file: AsyncTensorFile
-    parts: list[TensorBytes]
+    parts: list[TensorPiece]
     done: asyncio.Future[None]
 
 
@@ -365,7 +365,7 @@ class _Coalescer:
         self._timer: asyncio.TimerHandle | None = None
         self._running: set[asyncio.Task[None]] = set()
 
-    async def read(self, file: AsyncTensorFile, parts: list[TensorBytes]) -> None:
+    async def read(self, file: AsyncTensorFile, parts: list[TensorPiece]) -> None:
         loop = asyncio.get_running_loop()
         waiting = _Waiting(file, parts, loop.create_future())
         self._waiting.append(waiting)
@@ -387,7 +387,7 @@ class _Coalescer:
     @staticmethod
     async def _run(group: list[_Waiting]) -> None:
         try:
-            await group[0].file.read_tensor_bytes([p for w in group for p in w.parts])
+            await group[0].file.read_into([p for w in group for p in w.parts])
         except asyncio.CancelledError:
             for waiting in group:
                 waiting.done.cancel()
