@@ -78,6 +78,9 @@ class HubStandIn:
         self.listed_sha256: dict[str, str] = {}
         self.size_etags = False
         self._blobs: dict[str, bytes] = {}
+        # Digests of the files pushed, by identity (each entry holds its bytes, so an id is
+        # never reused while it is here): a large file is hashed once, not on every request.
+        self._digests: dict[tuple[str, int], tuple[bytes, str]] = {}
         app = web.Application()
         app.router.add_route("*", "/{tail:.+}", self._resolve)
         self._running = _Running(app)
@@ -87,6 +90,14 @@ class HubStandIn:
         cdn.router.add_route("*", "/cdn/{sha}", self._cdn)
         self._cdn_running = _Running(cdn)
         self.cdn = f"http://127.0.0.1:{self._cdn_running.port}"
+
+    def _digest(self, kind: str, data: bytes) -> str:
+        """``hashlib.<kind>(data).hexdigest()``, computed once per pushed file."""
+        held = self._digests.get((kind, id(data)))
+        if held is None or held[0] is not data:
+            held = (data, hashlib.new(kind, data).hexdigest())
+            self._digests[(kind, id(data))] = held
+        return held[1]
 
     def stop(self) -> None:
         self._running.stop()
@@ -106,7 +117,7 @@ class HubStandIn:
         repo.commits[commit] = dict(files)
         repo.branches["main"] = commit
         for data in files.values():
-            self._blobs[hashlib.sha256(data).hexdigest()] = data
+            self._blobs[self._digest("sha256", data)] = data
         return commit
 
     def fail(self, fragment: str, status: int, times: int = 1, **headers: str) -> None:
@@ -227,7 +238,7 @@ class HubStandIn:
         data = files.get(path)
         if data is None:
             return self._error(entry, 404, "EntryNotFound", commit=commit)
-        sha = hashlib.sha256(data).hexdigest()
+        sha = self._digest("sha256", data)
         headers = {"X-Repo-Commit": commit}
         if len(data) >= LFS_THRESHOLD:
             entry.status = 302
@@ -240,7 +251,7 @@ class HubStandIn:
                 }
             )
             return web.Response(status=302, headers=headers)
-        headers["ETag"] = f'"{len(data) if self.size_etags else hashlib.sha1(data).hexdigest()}"'
+        headers["ETag"] = f'"{len(data) if self.size_etags else self._digest("sha1", data)}"'
         return self._ranged(request, entry, data, headers)
 
     def _sharded_metadata(self, request: web.Request, entry: Entry, tail: str) -> web.Response:
@@ -302,10 +313,10 @@ class HubStandIn:
                 "type": "file",
                 "path": path,
                 "size": size,
-                "oid": hashlib.sha1(data).hexdigest(),
+                "oid": self._digest("sha1", data),
             }
             if len(data) >= LFS_THRESHOLD:
-                sha = self.listed_sha256.get(path, hashlib.sha256(data).hexdigest())
+                sha = self.listed_sha256.get(path, self._digest("sha256", data))
                 item["lfs"] = {"oid": sha, "size": size}
             listed.append(item)
         start = int(request.query.get("cursor", "0"))
