@@ -623,10 +623,18 @@ def test_ctrl_c_cancels_the_work_in_flight(
     main = threading.main_thread().ident
     assert main is not None
     assert threading.current_thread() is threading.main_thread()
+    # A run started in the background or under nohup inherits SIGINT as ignored, and Python
+    # then installs no handler: the signal would do nothing. A terminal's Ctrl-C raises
+    # KeyboardInterrupt, so the test sets that disposition itself and puts back the one it found.
+    inherited = signal.signal(signal.SIGINT, signal.default_int_handler)
     timer = threading.Timer(0.3, signal.pthread_kill, args=(main, signal.SIGINT))
-    timer.start()
-    with pytest.raises(KeyboardInterrupt):
-        f.get_tensor("embed")
+    try:
+        timer.start()
+        with pytest.raises(KeyboardInterrupt):
+            f.get_tensor("embed")
+    finally:
+        timer.cancel()
+        signal.signal(signal.SIGINT, inherited)
     # The call did not wait for the stalled answer: its request was cancelled and its
     # connection closed while the server still held the answer back (499, not 206).
     (stalled,) = server.log.entries
