@@ -11,7 +11,7 @@ import pytest
 
 import remotetensors as rt
 from remotetensors.sources.cache.store import CacheStore
-from tests.integration.test_models import put_s3
+from tests.integration.test_models import close_s3, put_s3
 from tests.reference import write_reference
 
 
@@ -51,6 +51,7 @@ def test_an_s3_object_named_by_its_version_needs_no_request(s3_env: str) -> None
     version = fs.info("versioned-bucket/m.safetensors")["VersionId"]
     fs.pipe("versioned-bucket/m.safetensors", b"a newer version, not this one")
     url = f"s3://versioned-bucket/m.safetensors?versionId={version}"
+    close_s3(fs)
     with rt.safe_open(url) as f:
         assert f.traffic.requests == 1
     with rt.safe_open(url) as f:

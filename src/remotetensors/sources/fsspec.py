@@ -370,6 +370,24 @@ class FsspecSource(ByteSource):
         except Exception as exc:
             raise self._translate(exc) from exc
 
+    async def aclose(self) -> None:
+        """Close the S3 session of a filesystem this source made for itself.
+
+        A filesystem fsspec does not share (``skip_instance_cache=True``, or options it cannot
+        cache by) would otherwise close its session only when collected, through s3fs's
+        finalizer, which gives the close 0.1 s on fsspec's loop, or starts it as a task on
+        whatever loop is running then (one that may close first): its sockets were then left
+        open and collected unclosed (a ``ResourceWarning``). A shared or given filesystem is
+        left alone: others use it.
+        """
+        if self._storage_options is None or not self._is_s3 or _shared(self._fs):
+            return
+        session = getattr(self._fs, "_s3", None)
+        if session is None:  # never connected
+            return
+        self._fs._s3 = None
+        await self._on_own_loop(session.__aexit__(None, None, None))
+
     def _is_async(self) -> bool:
         return isinstance(self._fs, fsspec.asyn.AsyncFileSystem) and bool(self._fs.async_impl)
 
@@ -567,6 +585,12 @@ def _http_guard(named: str, shown: str) -> Middleware:
 
 
 @functools.cache
+def _shared(fs: fsspec.AbstractFileSystem) -> bool:
+    """Whether fsspec keeps ``fs`` in its instance cache, so that others get it too."""
+    cache: dict[Any, Any] = getattr(type(fs), "_cache", {})
+    return cache.get(getattr(fs, "_fs_token", None)) is fs
+
+
 def _aiohttp_has_middlewares() -> bool:
     """Whether the aiohttp that fsspec's HTTP filesystem uses takes client middlewares."""
     aiohttp = sys.modules.get("aiohttp")
