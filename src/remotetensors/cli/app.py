@@ -6,8 +6,9 @@ Also ``python -m remotetensors``. Every failure is one line on stderr, ``remotet
 moves for a second or two. ``--json`` prints data as JSON.
 
 Adding a command: a module of its own in this package, named as the command, with ``HELP``
-(one line), ``add_arguments(sub)`` (``options.add_location_options(sub)`` when it reads a
-location) and ``run(args)``, which returns the exit status; then list it in :data:`COMMANDS`.
+(one line), ``EXAMPLE`` (one command line, listed by ``--help``), ``add_arguments(sub)``
+(``options.add_location_options(sub)`` when it reads a location) and ``run(args)``, which
+returns the exit status; then list it in :data:`COMMANDS`.
 :func:`.options.opened` opens the location with every shared option applied and the status line
 running; :func:`.table.print_table` prints a table that fits the terminal.
 """
@@ -141,6 +142,9 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="remotetensors",
         description="Read safetensors, bintensors and GGUF files where they live.",
+        epilog=_examples(),
+        # The examples are one per line, as typed: argparse would rewrap them into one paragraph.
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"remotetensors {__version__}")
     commands = parser.add_subparsers(required=True, metavar="COMMAND")
@@ -152,6 +156,13 @@ def _parser() -> argparse.ArgumentParser:
         # replace it); the demo also gets ``main``, to run the commands it shows.
         sub.set_defaults(command=module)
     return parser
+
+
+def _examples() -> str:
+    """``--help``'s closing list: each command's one-line ``EXAMPLE``, in :data:`COMMANDS`'
+    order."""
+    lines = [f"  {module.EXAMPLE}" for module in COMMANDS]
+    return "examples (one per command):\n" + "\n".join(lines)
 
 
 def _run(args: argparse.Namespace) -> int:

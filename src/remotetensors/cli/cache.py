@@ -21,6 +21,8 @@ if TYPE_CHECKING:
     from ..sources.cache.store import CacheStore
 
 HELP = "Show, list, prune or clear the persistent header cache."
+# One line for --help's list of examples.
+EXAMPLE = "remotetensors cache prune --older-than 30d"
 
 _AGE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*", re.IGNORECASE)
 _AGE_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}

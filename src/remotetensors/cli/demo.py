@@ -10,6 +10,8 @@ from collections.abc import Callable
 from ..views.display import human_bytes
 
 HELP = "Serve a sample checkpoint on loopback and read it (offline)."
+# One line for --help's list of examples.
+EXAMPLE = "remotetensors demo"
 
 
 def add_arguments(sub: argparse.ArgumentParser) -> None:

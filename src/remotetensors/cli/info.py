@@ -11,6 +11,8 @@ from .options import add_location_options, opened
 from .table import print_table
 
 HELP = "Show format, metadata, files and sizes."
+# One line for --help's list of examples.
+EXAMPLE = "remotetensors info hf://openai-community/gpt2"
 
 
 def add_arguments(sub: argparse.ArgumentParser) -> None:

@@ -11,6 +11,8 @@ from .options import add_location_options, open_options, opened
 from .table import print_table
 
 HELP = "Count parameters: the true total, then by dtype as stored."
+# One line for --help's list of examples.
+EXAMPLE = "remotetensors params hf://Qwen/Qwen3-30B-A3B"
 
 
 def add_arguments(sub: argparse.ArgumentParser) -> None:

@@ -9,6 +9,8 @@ import json
 from .options import UsageError, add_location_options, open_options
 
 HELP = "Check a file's SHA-256: against its hub listing, or --sha256."
+# One line for --help's list of examples.
+EXAMPLE = "remotetensors verify hf://openai-community/gpt2/model.safetensors"
 
 
 def add_arguments(sub: argparse.ArgumentParser) -> None:
