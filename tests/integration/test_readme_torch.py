@@ -1,5 +1,6 @@
-"""The README's "Load into torch" section, run as it is written: its code blocks are taken from
-README.md and executed one after another in one namespace, against a hub stand-in that serves
+"""The torch guide's "Load into torch" section (once the README's), run as it is written: its
+code blocks are taken from docs/guides/torch.md and executed one after another in one
+namespace, against a hub stand-in that serves
 the repos they name (seeded random weights in their architectures: all-MiniLM-L6-v2's real
 config, and a Qwen2 of 80 small layers in 8 shards)."""
 
@@ -22,7 +23,8 @@ from tests.torch_checkpoints import (
     transformers,
 )
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+# The section moved from the README to its guide in the documentation site.
+README = Path(__file__).resolve().parents[2] / "docs" / "guides" / "torch.md"
 
 QWEN_CONFIG: dict[str, Any] = {
     "architectures": ["Qwen2ForCausalLM"],
@@ -87,7 +89,7 @@ def test_the_readme_torch_section_runs(hub_env: HubStandIn) -> None:
     hub_env.add("Qwen/Qwen2.5-72B-Instruct", files)
     namespace: dict[str, Any] = {"__name__": "readme"}
 
-    exec(compile(blocks[0], "README.md (Load into torch, 1)", "exec"), namespace)
+    exec(compile(blocks[0], "docs/guides/torch.md (Load into torch, 1)", "exec"), namespace)
     model, report = namespace["model"], namespace["report"]
     assert report.missing == ()
     assert report.unexpected == ()
@@ -98,7 +100,7 @@ def test_the_readme_torch_section_runs(hub_env: HubStandIn) -> None:
         assert torch.equal(model(tokens).last_hidden_state, bert(tokens).last_hidden_state)
 
     hub_env.log.clear()
-    exec(compile(blocks[1], "README.md (Load into torch, 2)", "exec"), namespace)
+    exec(compile(blocks[1], "docs/guides/torch.md (Load into torch, 2)", "exec"), namespace)
     layer = namespace["layer"]
     assert namespace["report"].missing == ()
     assert namespace["report"].unexpected == ()
@@ -114,7 +116,7 @@ def test_the_readme_torch_section_runs(hub_env: HubStandIn) -> None:
     layer_bytes = sum(t.numel() * t.element_size() for t in wanted.values())
     assert sum(e.sent_bytes for e in data) <= 1.1 * layer_bytes + 8 * 64 * 1024
 
-    exec(compile(blocks[2], "README.md (Load into torch, 3)", "exec"), namespace)
+    exec(compile(blocks[2], "docs/guides/torch.md (Load into torch, 3)", "exec"), namespace)
     half = namespace["half"]
     assert half.embeddings.word_embeddings.weight.dtype == torch.bfloat16
     assert torch.equal(

@@ -17,7 +17,8 @@ from tests.hub_standin import HubStandIn
 zarr = pytest.importorskip("zarr", reason="the zarr extra is not installed")
 xr = pytest.importorskip("xarray", reason="xarray is not installed")
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+# The example moved from the README to its guide in the documentation site.
+README = Path(__file__).resolve().parents[2] / "docs" / "guides" / "zarr.md"
 
 
 @pytest.fixture
@@ -53,7 +54,7 @@ def test_xarray_lists_every_tensor_without_moving_tensor_data(on_hub: HubStandIn
 
 def readme_example() -> str:
     text = README.read_text(encoding="utf-8")
-    section = text.split("## Zarr and xarray\n", 1)[1].split("\n## ", 1)[0]
+    section = text.split("# Zarr and xarray\n", 1)[1].split("\n## ", 1)[0]
     blocks = re.findall(r"```python\n(.*?)```", section, flags=re.S)
     assert len(blocks) == 1
     return str(blocks[0])
