@@ -9,7 +9,8 @@ before its fence:
   in, a cluster.
 
 Each ```console block's ``$ remotetensors ...`` line that is followed by output is run against
-the same stand-in unless the block is marked, and its output must be the one shown.
+the same stand-in unless the block is marked, and its output must be the one shown; each
+``remotetensors`` line of a ```bash block runs and must succeed.
 """
 
 from __future__ import annotations
@@ -64,6 +65,7 @@ def blocks(page: Path, language: str) -> list[Block]:
 
 PYTHON = [b for page in PAGES for b in blocks(page, "python")]
 CONSOLE = [b for page in PAGES for b in blocks(page, "console")]
+BASH = [b for page in PAGES for b in blocks(page, "bash")]
 
 
 def test_every_python_example_is_collected() -> None:
@@ -145,6 +147,38 @@ def test_the_examples_of_a_page_run(page: Path, stand_in: HubStandIn) -> None:
     for block in blocks(page, "console"):
         if not block.marker:
             _check_console(block)
+    for block in blocks(page, "bash"):
+        if not block.marker:
+            _run_commands(block)
+
+
+def _run_commands(block: Block) -> None:
+    """Run each line of a ```bash block that is a ``remotetensors`` command (``NAME=value``
+    prefixes set for it); each must succeed. Other lines (set-up, pip) are not run here."""
+    import os
+
+    from remotetensors.cli import main
+
+    for line in block.code.splitlines():
+        argv = shlex.split(line, comments=True)
+        variables = {}
+        while argv and re.fullmatch(r"[A-Z_]+=.*", argv[0]):
+            name, value = argv.pop(0).split("=", 1)
+            variables[name] = value
+        if not argv or argv[0] != "remotetensors":
+            continue
+        saved = {k: os.environ.get(k) for k in variables}
+        os.environ.update(variables)
+        try:
+            with contextlib.redirect_stdout(io.StringIO()):
+                status = main(argv[1:])
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+        assert status == 0, f"{block.name}: {line}"
 
 
 def _check_console(block: Block) -> None:
@@ -172,13 +206,18 @@ def _check_console(block: Block) -> None:
 
 @pytest.mark.parametrize(
     "page",
-    sorted({b.page for b in CONSOLE if not b.marker} - {b.page for b in PYTHON if not b.marker}),
+    sorted(
+        {b.page for b in CONSOLE + BASH if not b.marker} - {b.page for b in PYTHON if not b.marker}
+    ),
     ids=lambda p: p.name,
 )
 def test_the_cli_examples_of_a_page_show_their_output(page: Path, stand_in: HubStandIn) -> None:
     for block in blocks(page, "console"):
         if not block.marker:
             _check_console(block)
+    for block in blocks(page, "bash"):
+        if not block.marker:
+            _run_commands(block)
 
 
 def test_the_stand_in_repos_are_what_the_examples_read(stand_in: HubStandIn) -> None:
