@@ -15,7 +15,7 @@ sys.path.insert(0, str(ROOT / "src"))
 
 project = "remotetensors"
 author = "the remotetensors authors"
-copyright = "2026, the remotetensors authors"  # noqa: A001 (Sphinx's name)
+copyright = "2026, the remotetensors authors"
 
 extensions = [
     "myst_parser",
@@ -42,33 +42,33 @@ nitpicky = True
 # prose that napoleon reads as a type (a Raises or property line written as a sentence). Listed
 # one by one, so a new broken reference still fails the build.
 nitpick_ignore = [
-    ('py:attr', 'remotetensors.AsyncModel.num_active_parameters'),
-    ('py:class', 'The true parameter count'),
-    ('py:class', 'What crossed the network for this model so far'),
-    ('py:class', 'bintensor_rs.BinTensorError'),
-    ('py:class', 'enum.Enum'),
-    ('py:class', 'remotetensors.TensorView'),
-    ('py:class', 'remotetensors.TlsError'),
-    ('py:class', 'remotetensors.models.scan.ModelSummary'),
-    ('py:class', 'remotetensors.views.tree.Tree'),
-    ('py:class', 'safetensors._safetensors_rust.SafetensorError'),
-    ('py:class', 'ssl.SSLError'),
-    ('py:data', 'policy.CARRIED_ACROSS_ORIGINS'),
-    ('py:data', 'remotetensors.sources.http.policy.MAX_REDIRECTS'),
-    ('py:exc', 'RemoteTensorsError. Those the reference raises as SafetensorError'),
-    ('py:exc', 'also a safetensors.SafetensorError and bintensors.BintensorError when installed.'),
-    ('py:exc', 'closed file'),
-    ('py:exc', 'derive from DropInError'),
-    ('py:exc', 'header'),
-    ('py:exc', 'unknown tensor/framework/device/backend'),
-    ('py:exc', 'which is'),
-    ('py:exc', '…'),
-    ('py:func', 'remotetensors.models.model.load_model'),
-    ('py:func', 'scan_async'),
-    ('py:meth', 'new_client'),
-    ('py:mod', 'direct'),
-    ('py:mod', 'remotetensors.sources.cache'),
-    ('py:mod', 'tls'),
+    ("py:attr", "remotetensors.AsyncModel.num_active_parameters"),
+    ("py:class", "The true parameter count"),
+    ("py:class", "What crossed the network for this model so far"),
+    ("py:class", "bintensor_rs.BinTensorError"),
+    ("py:class", "enum.Enum"),
+    ("py:class", "remotetensors.TensorView"),
+    ("py:class", "remotetensors.TlsError"),
+    ("py:class", "remotetensors.models.scan.ModelSummary"),
+    ("py:class", "remotetensors.views.tree.Tree"),
+    ("py:class", "safetensors._safetensors_rust.SafetensorError"),
+    ("py:class", "ssl.SSLError"),
+    ("py:data", "policy.CARRIED_ACROSS_ORIGINS"),
+    ("py:data", "remotetensors.sources.http.policy.MAX_REDIRECTS"),
+    ("py:exc", "RemoteTensorsError. Those the reference raises as SafetensorError"),
+    ("py:exc", "also a safetensors.SafetensorError and bintensors.BintensorError when installed."),
+    ("py:exc", "closed file"),
+    ("py:exc", "derive from DropInError"),
+    ("py:exc", "header"),
+    ("py:exc", "unknown tensor/framework/device/backend"),
+    ("py:exc", "which is"),
+    ("py:exc", "…"),
+    ("py:func", "remotetensors.models.model.load_model"),
+    ("py:func", "scan_async"),
+    ("py:meth", "new_client"),
+    ("py:mod", "direct"),
+    ("py:mod", "remotetensors.sources.cache"),
+    ("py:mod", "tls"),
 ]
 nitpick_ignore_regex = [
     (r"py:.*", r"(numpy|np|torch|httpx|fsspec|zarr|dask|xarray|os|asyncio|collections|typing)\..*"),
@@ -91,7 +91,9 @@ def _by_last_name(app: Any, env: Any, node: Any, contnode: Any) -> Any:
     from sphinx.util.nodes import make_refnode
 
     entry = domain.objects[found[0]]
-    return make_refnode(app.builder, node["refdoc"], entry.docname, entry.node_id, contnode, found[0])
+    return make_refnode(
+        app.builder, node["refdoc"], entry.docname, entry.node_id, contnode, found[0]
+    )
 
 
 def setup(app: Any) -> None:
