@@ -134,6 +134,8 @@ def test_the_examples_of_a_page_run(page: Path, stand_in: HubStandIn) -> None:
     import remotetensors as rt
 
     namespace: dict[str, Any] = {"rt": rt, "__name__": "example"}
+    # The local file a page reads from the current folder (the test's temporary one).
+    write_safetensors(Path("model.safetensors"), {"embed": np.zeros((2048, 8), np.float16)})
     for block in blocks(page, "python"):
         if block.marker:
             continue
