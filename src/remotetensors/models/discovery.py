@@ -42,7 +42,7 @@ from .gguf_parts import find_gguf, join_parts
 from .weight_names import DIFFUSERS, TRANSFORMERS, WeightNames
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Iterable, Mapping
+    from collections.abc import Awaitable, Iterable, Mapping, Sequence
     from contextlib import AsyncExitStack
 
     from ..options import ReadOptions
@@ -227,13 +227,7 @@ async def _at_folder(
         None if call and call.alone else asyncio.ensure_future(_read_shard_index(place, index_name))
     )
     tasks = [t for t in (single_task, meta_task, index_task) if t is not None]
-    try:
-        await asyncio.gather(*tasks, return_exceptions=True)
-    except BaseException:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        raise
+    await _all_settled(tasks)
     single_error = single_task.exception()
     if single_error is None:
         return _weights(_single(single_name, single_task.result()))
@@ -394,13 +388,7 @@ async def _torch_unlisted(
     )
     index_task = asyncio.ensure_future(_read_shard_index(place, weights.bin_index))
     tasks = [single_task, index_task]
-    try:
-        await asyncio.gather(*tasks, return_exceptions=True)
-    except BaseException:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        raise
+    await _all_settled(tasks)
     single_error, index_error = single_task.exception(), index_task.exception()
     if single_error is None:
         return _single(weights.bin_single, single_task.result())
@@ -410,6 +398,18 @@ async def _torch_unlisted(
         )
     _raise_unless_missing(single_error, index_error)
     return None
+
+
+async def _all_settled(tasks: Sequence[asyncio.Future[Any]]) -> None:
+    """Wait until every task has ended, each with its result or error (read them from the
+    tasks); if the wait itself is cancelled, cancel them all first."""
+    try:
+        await asyncio.gather(*tasks, return_exceptions=True)
+    except BaseException:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
 
 
 async def _together(first: Awaitable[A], second: Awaitable[B]) -> tuple[A, B]:

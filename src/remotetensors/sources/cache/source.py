@@ -175,22 +175,11 @@ class CachedSource(CountingSource):
             NotFoundError: the cache knows the file does not exist at the version asked for,
                 or the network says so; and whatever the source raises.
         """
-        found: Found | Absent | Prefix | None = await self._lookup()
-        if found is None and not offline():
-            found = await self._revalidate(length)
+        found = await self._version(length)
         if isinstance(found, Prefix):  # the revalidation found a new version: it is open
-            self._keys, self._kept = self._opened(found)
             return found
-        if isinstance(found, Absent):
-            raise self._absent_error()
         if found is not None:
-            kept, self._keys = found
-            self._adopt(kept)
-            self._kept = kept
-            self.from_cache = True
-            return Prefix(kept.head(), kept.size, kept.validator)
-        if offline():
-            raise offline_error(self.location)
+            return Prefix(found.head(), found.size, found.validator)
         try:
             prefix = await super().open_prefix(length)
         except NotFoundError as exc:
@@ -208,23 +197,12 @@ class CachedSource(CountingSource):
         Raises:
             as :meth:`open_prefix`.
         """
-        found: Found | Absent | Prefix | None = await self._lookup()
-        if found is None and not offline():
-            found = await self._revalidate(length)
+        found = await self._version(length)
         if isinstance(found, Prefix):  # a new version, opened from its start
-            self._keys, self._kept = self._opened(found)
             tail = await super().read(max(0, found.size - length), found.size)
             return Suffix(tail, found.size, found.validator)
-        if isinstance(found, Absent):
-            raise self._absent_error()
         if found is not None:
-            kept, self._keys = found
-            self._adopt(kept)
-            self._kept = kept
-            self.from_cache = True
-            return Suffix(kept.tail(), kept.size, kept.validator)
-        if offline():
-            raise offline_error(self.location)
+            return Suffix(found.tail(), found.size, found.validator)
         try:
             suffix = await super().open_suffix(length)
         except NotFoundError as exc:
@@ -232,6 +210,33 @@ class CachedSource(CountingSource):
             raise
         self._keys, self._kept = self._opened(Prefix(b"", suffix.size, suffix.validator))
         return suffix
+
+    async def _version(self, length: int) -> Prefix | Kept | None:
+        """The version an opening reads, as the cache knows it, taken as opened: a kept one
+        (adopted: no request), or a new one that the revalidation (a request for ``length``
+        leading bytes) opened; None: open over the network.
+
+        Raises:
+            NotFoundError: the cache knows the file does not exist at the version asked for.
+            OfflineError: offline, and the cache does not hold the file.
+        """
+        found: Found | Absent | Prefix | None = await self._lookup()
+        if found is None and not offline():
+            found = await self._revalidate(length)
+        if isinstance(found, Prefix):
+            self._keys, self._kept = self._opened(found)
+            return found
+        if isinstance(found, Absent):
+            raise self._absent_error()
+        if found is not None:
+            kept, self._keys = found
+            self._adopt(kept)
+            self._kept = kept
+            self.from_cache = True
+            return kept
+        if offline():
+            raise offline_error(self.location)
+        return None
 
     async def read_into(self, start: int, buffer: memoryview) -> None:
         kept = self._kept.covers(start, start + len(buffer)) if self._kept is not None else None
