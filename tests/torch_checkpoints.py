@@ -16,28 +16,8 @@ transformers = pytest.importorskip("transformers", reason="transformers is in th
 accelerate = pytest.importorskip("accelerate", reason="accelerate is in the test extra")
 safetensors_torch = pytest.importorskip("safetensors.torch")
 
-# sentence-transformers/all-MiniLM-L6-v2's config.json, as the hub serves it (its
-# _name_or_path, nreimers/MiniLM-L6-H384-uncased, and transformers_version left out).
-MINILM_CONFIG: dict[str, Any] = {
-    "architectures": ["BertModel"],
-    "attention_probs_dropout_prob": 0.1,
-    "gradient_checkpointing": False,
-    "hidden_act": "gelu",
-    "hidden_dropout_prob": 0.1,
-    "hidden_size": 384,
-    "initializer_range": 0.02,
-    "intermediate_size": 1536,
-    "layer_norm_eps": 1e-12,
-    "max_position_embeddings": 512,
-    "model_type": "bert",
-    "num_attention_heads": 12,
-    "num_hidden_layers": 6,
-    "pad_token_id": 0,
-    "position_embedding_type": "absolute",
-    "type_vocab_size": 2,
-    "use_cache": True,
-    "vocab_size": 30522,
-}
+# sentence-transformers/all-MiniLM-L6-v2's config.json: one copy, beside the .bin fixtures.
+from tests.torch_bin_files import MINILM_CONFIG as MINILM_CONFIG  # noqa: E402 (re-exported)
 
 
 def bert_config(**changes: Any) -> Any:
