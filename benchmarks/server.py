@@ -5,10 +5,13 @@ with ``pread``, the rest by aiohttp's static handler with sendfile: see :func:`f
 LATENCY_MS before every answer, and speaks the hub's resolve protocol too:
 ``/{org}/{name}/resolve/{rev}/{path}`` serves ``FOLDER/{org}/{name}/{path}`` with
 ``X-Repo-Commit`` and ``ETag`` (no CDN redirect, so the hub's client and ours pay the same), and
-the hub's one-call ``/api/models/{org}/{name}/safetensors-metadata/{index path}``. Under
+the hub's one-call ``/api/models/{org}/{name}/safetensors-metadata/{index path}`` and its
+recursive file listing ``/api/models/{org}/{name}/tree/{rev}``; the
+revision call ``/api/models/{org}/{name}/revision/{rev}`` (``{"sha": ...}``). Under
 ``/noapi`` it is a hub without that endpoint: ``/noapi/{org}/{name}/resolve/{rev}/{path}`` serves the same files, and
 ``/noapi/api/...`` gets aiohttp's plain 404 (no ``X-Error-Code``), as from a server that does not
-know the route. ``GET /__stats`` returns and resets the request and byte counts.
+know the route. ``GET /__stats`` returns and resets the request and byte counts
+(``file_bytes``: those of resolve answers alone, the files' bytes).
 
 Usage: python benchmarks/server.py FOLDER LATENCY_MS -> prints the port, serves until stdin closes.
 """
@@ -28,7 +31,7 @@ from aiohttp import web
 
 
 def build(folder: Path, latency_ms: float) -> web.Application:
-    stats = {"requests": 0, "bytes": 0}
+    stats = {"requests": 0, "bytes": 0, "file_bytes": 0}
 
     @web.middleware
     async def delay(
@@ -44,17 +47,20 @@ def build(folder: Path, latency_ms: float) -> web.Application:
         length = response.headers.get("Content-Length")
         if request.path != "/__stats" and length and request.method == "GET":
             stats["bytes"] += int(length)
+            if "/resolve/" in request.path:
+                stats["file_bytes"] += int(length)
 
     async def report(request: web.Request) -> web.Response:
         body = json.dumps(stats)
-        stats.update(requests=0, bytes=0)
+        stats.update(requests=0, bytes=0, file_bytes=0)
         return web.Response(text=body, content_type="application/json")
 
     async def resolve(request: web.Request) -> web.StreamResponse:
         info = request.match_info
         path = folder / info["org"] / info["name"] / info["path"]
-        if not path.is_file():
-            return web.Response(status=404, headers={"X-Error-Code": "EntryNotFound"})
+        if not path.is_file():  # as the hub: the commit that has no such file
+            headers = {"X-Error-Code": "EntryNotFound", "X-Repo-Commit": "0" * 40}
+            return web.Response(status=404, headers=headers)
         stat = path.stat()
         headers = {"X-Repo-Commit": "0" * 40, "ETag": f'"{stat.st_size}-{stat.st_mtime_ns}"'}
         if request.method == "HEAD":
@@ -67,7 +73,8 @@ def build(folder: Path, latency_ms: float) -> web.Application:
         info = request.match_info
         index_path = folder / info["org"] / info["name"] / info["path"]
         if not index_path.is_file():
-            return web.Response(status=404, headers={"X-Error-Code": "EntryNotFound"})
+            headers = {"X-Error-Code": "EntryNotFound", "X-Repo-Commit": "0" * 40}
+            return web.Response(status=404, headers=headers)
         index = json.loads(index_path.read_bytes())
         headers = {}
         for shard in dict.fromkeys(index["weight_map"].values()):
@@ -77,6 +84,24 @@ def build(folder: Path, latency_ms: float) -> web.Application:
         body = {"index": {k: v for k, v in index.items() if k != "weight_map"}, "headers": headers}
         return web.json_response(body, headers={"X-Repo-Commit": "0" * 40})
 
+    async def tree(request: web.Request) -> web.Response:
+        # The hub's file listing (``list_repo_tree``, recursive): every file of the repo.
+        info = request.match_info
+        root = folder / info["org"] / info["name"]
+        entries = [
+            {"type": "file", "path": str(p.relative_to(root)), "size": p.stat().st_size}
+            for p in sorted(root.rglob("*"))
+            if p.is_file()
+        ]
+        return web.json_response(entries, headers={"X-Repo-Commit": "0" * 40})
+
+    async def revision(request: web.Request) -> web.Response:
+        # The commit a revision names now: one commit for every repo here.
+        info = request.match_info
+        if not (folder / info["org"] / info["name"]).is_dir():
+            return web.Response(status=404, headers={"X-Error-Code": "RepoNotFound"})
+        return web.json_response({"sha": "0" * 40}, headers={"X-Repo-Commit": "0" * 40})
+
     app = web.Application(middlewares=[delay])
     app.on_response_prepare.append(on_prepare)
     app.router.add_get("/__stats", report)
@@ -85,6 +110,8 @@ def build(folder: Path, latency_ms: float) -> web.Application:
     # the same files and no safetensors-metadata route.
     app.router.add_route("*", "/noapi/{org}/{name}/resolve/{rev}/{path:.+}", resolve)
     app.router.add_get("/api/models/{org}/{name}/safetensors-metadata/{path:.+}", sharded_metadata)
+    app.router.add_get("/api/models/{org}/{name}/tree/{rev}", tree)
+    app.router.add_get("/api/models/{org}/{name}/revision/{rev}", revision)
     app.router.add_route("*", "/files/{path:.+}", partial(files, folder / "files"))
     return app
 

@@ -8,9 +8,11 @@ files are 404 with ``X-Error-Code`` (``RepoNotFound``, ``RevisionNotFound``,
 gated repo without a token is 401 ``GatedRepo``. One-word legacy repo names (``gpt2``) work.
 
 ``/api/{models|datasets|spaces}/{repo}/tree/{revision}[/{path}]?recursive=true`` lists files as
-``huggingface_hub.list_repo_tree`` expects (``[{"type": "file", "path", "size", "oid"}, ...]``),
-in pages of ``TREE_PAGE`` entries linked by ``Link: <...>; rel="next"`` (``cursor=`` is the
-offset here).
+``huggingface_hub.list_repo_tree`` expects (``[{"type": "file", "path", "size", "oid"}, ...]``,
+with ``"lfs": {"oid": sha256, "size"}`` for the files served by the CDN), in pages of
+``TREE_PAGE`` entries linked by ``Link: <...>; rel="next"`` (``cursor=`` is the offset here).
+``/api/{models|datasets|spaces}/{repo}/revision/{revision}`` answers the revision's commit as
+``{"id", "sha"}`` (what ``huggingface_hub.model_info(...).sha`` reads), with ``X-Repo-Commit``.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from urllib.parse import unquote
 
 from aiohttp import web
 
-from tests.servers import Entry, Log, _Running
+from tests.servers import Entry, Log, _range_of, _Running
 
 LFS_THRESHOLD = 10_000
 TREE_PAGE = 1000
@@ -56,7 +58,9 @@ class HubStandIn:
     ``RateLimit: "api";r=499;t=300``); a bucket not in the mapping is not limited.
     ``faults`` (:meth:`fail`) answers chosen requests with an error instead; ``before`` is
     awaited with each request's path before the hub answers it (a test pushes a commit there,
-    between two reads of one discovery).
+    between two reads of one discovery). ``listed_sizes`` (path -> bytes) makes the hub list a
+    size other than the file's (in ``X-Linked-Size`` and the tree listing), as a hub whose
+    record and bytes disagree would.
     """
 
     def __init__(self) -> None:
@@ -70,7 +74,13 @@ class HubStandIn:
         self._windows: dict[str, tuple[float, int]] = {}  # bucket -> (start, requests counted)
         self.faults: list[tuple[str, int, dict[str, str]]] = []
         self.before: Callable[[str], Awaitable[None]] | None = None
+        self.listed_sizes: dict[str, int] = {}
+        self.listed_sha256: dict[str, str] = {}
+        self.size_etags = False
         self._blobs: dict[str, bytes] = {}
+        # Digests of the files pushed, by identity (each entry holds its bytes, so an id is
+        # never reused while it is here): a large file is hashed once, not on every request.
+        self._digests: dict[tuple[str, int], tuple[bytes, str]] = {}
         app = web.Application()
         app.router.add_route("*", "/{tail:.+}", self._resolve)
         self._running = _Running(app)
@@ -80,6 +90,14 @@ class HubStandIn:
         cdn.router.add_route("*", "/cdn/{sha}", self._cdn)
         self._cdn_running = _Running(cdn)
         self.cdn = f"http://127.0.0.1:{self._cdn_running.port}"
+
+    def _digest(self, kind: str, data: bytes) -> str:
+        """``hashlib.<kind>(data).hexdigest()``, computed once per pushed file."""
+        held = self._digests.get((kind, id(data)))
+        if held is None or held[0] is not data:
+            held = (data, hashlib.new(kind, data).hexdigest())
+            self._digests[(kind, id(data))] = held
+        return held[1]
 
     def stop(self) -> None:
         self._running.stop()
@@ -99,7 +117,7 @@ class HubStandIn:
         repo.commits[commit] = dict(files)
         repo.branches["main"] = commit
         for data in files.values():
-            self._blobs[hashlib.sha256(data).hexdigest()] = data
+            self._blobs[self._digest("sha256", data)] = data
         return commit
 
     def fail(self, fragment: str, status: int, times: int = 1, **headers: str) -> None:
@@ -199,6 +217,8 @@ class HubStandIn:
     def _route(self, request: web.Request, entry: Entry, tail: str) -> web.Response:
         if tail.startswith("api/") and "/safetensors-metadata/" in tail and self.metadata_api:
             return self._sharded_metadata(request, entry, tail)
+        if tail.startswith("api/") and "/revision/" in tail:
+            return self._revision(request, entry, tail)
         if tail.startswith("api/"):
             return self._tree(request, entry, tail)
         # Legacy repos have one-word names (``gpt2``), and the hub still serves them.
@@ -218,7 +238,7 @@ class HubStandIn:
         data = files.get(path)
         if data is None:
             return self._error(entry, 404, "EntryNotFound", commit=commit)
-        sha = hashlib.sha256(data).hexdigest()
+        sha = self._digest("sha256", data)
         headers = {"X-Repo-Commit": commit}
         if len(data) >= LFS_THRESHOLD:
             entry.status = 302
@@ -227,11 +247,11 @@ class HubStandIn:
                     "Location": f"{self.cdn}/cdn/{sha}",
                     "ETag": f'"{sha}"',
                     "X-Linked-Etag": f'"{sha}"',
-                    "X-Linked-Size": str(len(data)),
+                    "X-Linked-Size": str(self.listed_sizes.get(path, len(data))),
                 }
             )
             return web.Response(status=302, headers=headers)
-        headers["ETag"] = f'"{hashlib.sha1(data).hexdigest()}"'
+        headers["ETag"] = f'"{len(data) if self.size_etags else self._digest("sha1", data)}"'
         return self._ranged(request, entry, data, headers)
 
     def _sharded_metadata(self, request: web.Request, entry: Entry, tail: str) -> web.Response:
@@ -288,14 +308,17 @@ class HubStandIn:
             if "/" in rest and not recursive:
                 continue
             data = files[path]
-            listed.append(
-                {
-                    "type": "file",
-                    "path": path,
-                    "size": len(data),
-                    "oid": hashlib.sha1(data).hexdigest(),
-                }
-            )
+            size = self.listed_sizes.get(path, len(data))
+            item: dict[str, object] = {
+                "type": "file",
+                "path": path,
+                "size": size,
+                "oid": self._digest("sha1", data),
+            }
+            if len(data) >= LFS_THRESHOLD:
+                sha = self.listed_sha256.get(path, self._digest("sha256", data))
+                item["lfs"] = {"oid": sha, "size": size}
+            listed.append(item)
         start = int(request.query.get("cursor", "0"))
         page = listed[start : start + TREE_PAGE]
         headers = {"X-Repo-Commit": commit}
@@ -304,6 +327,23 @@ class HubStandIn:
             headers["Link"] = f'<{request.url.with_query(query)}>; rel="next"'
         entry.status = 200
         return web.json_response(page, headers=headers)
+
+    def _revision(self, request: web.Request, entry: Entry, tail: str) -> web.Response:
+        match = re.fullmatch(
+            r"api/(models|datasets|spaces)/((?:[^/]+/)?[^/]+)/revision/([^/]+)", tail
+        )
+        if match is None:
+            entry.status = 404
+            return web.Response(status=404, text="unknown route")
+        kind, repo_id, revision = match.groups()
+        if kind != "models":
+            repo_id = f"{kind}/{repo_id}"
+        found = self._lookup(request, entry, repo_id, unquote(revision))
+        if isinstance(found, web.Response):
+            return found
+        commit, _ = found
+        entry.status = 200
+        return web.json_response({"id": repo_id, "sha": commit}, headers={"X-Repo-Commit": commit})
 
     async def _cdn(self, request: web.Request) -> web.StreamResponse:
         sha = request.match_info["sha"]
@@ -329,14 +369,13 @@ class HubStandIn:
     def _ranged(
         self, request: web.Request, entry: Entry, data: bytes, headers: dict[str, str]
     ) -> web.Response:
-        rng = re.fullmatch(r"bytes=(\d+)-(\d*)", request.headers.get("Range", ""))
+        rng = re.fullmatch(r"bytes=(\d*)-(\d*)", request.headers.get("Range", ""))
         headers["Accept-Ranges"] = "bytes"
-        if rng is None:
+        if rng is None or rng.group(0) == "bytes=-":
             entry.status = 200
             entry.sent_bytes = len(data) if request.method == "GET" else 0
             return web.Response(status=200, body=data, headers=headers)
-        start = int(rng.group(1))
-        last = min(int(rng.group(2)) if rng.group(2) else len(data) - 1, len(data) - 1)
+        start, last = _range_of(rng, len(data))
         if start >= len(data):
             entry.status = 416
             headers["Content-Range"] = f"bytes */{len(data)}"

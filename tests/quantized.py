@@ -30,6 +30,7 @@ NUMPY = {
     "I64": np.int64,
     "I32": np.int32,
     "U32": np.uint32,
+    "I16": np.int16,
     "I8": np.int8,
     "U8": np.uint8,
     "F8_E4M3": ml_dtypes.float8_e4m3fn,
@@ -71,6 +72,7 @@ class Arch:
         if self.experts:
             config["num_experts"] = self.experts
             config["moe_intermediate_size"] = self.expert_intermediate
+            config["num_experts_per_tok"] = 2
         config.update(extra)
         return config
 
@@ -190,6 +192,121 @@ def awq(arch: Arch, *, bits: int = 4, group: int = 128) -> tuple[Spec, dict[str,
     return spec, arch.config(quantization_config=quant)
 
 
+def _awq_zeros_width(inputs: int, group: int) -> int:
+    """AutoAWQ's ``calculate_zeros_width``: groups per row, padded to whole int32s of eight
+    zero points, then to a multiple that depends on the group size."""
+    multiplier = 1 if group >= 128 else {64: 2, 32: 4}[group]
+    base = -(-(inputs // group) // 8)
+    return -(-base // multiplier) * multiplier
+
+
+def awq_gemv(arch: Arch, *, bits: int = 4, group: int = 128) -> tuple[Spec, dict[str, Any]]:
+    """AWQ GEMV, as AutoAWQ's ``WQLinear_GEMV`` (and llm-awq's ``WQLinear``) stores it: qweight
+    I32 [out, in/(32/bits)], qzeros I32 [out, zw], scales F16 [out, zw·32/bits], where zw is
+    :func:`_awq_zeros_width` (the scales padded to whole int32s of zero points)."""
+    spec = float_spec(arch)
+    shapes = float_model(arch)
+    pack = 32 // bits
+    for m in linears(arch):
+        out, inp = shapes[f"{m}.weight"]
+        width = _awq_zeros_width(inp, group)
+        _swap(
+            spec,
+            m,
+            {
+                f"{m}.qweight": ("I32", (out, inp // pack)),
+                f"{m}.qzeros": ("I32", (out, width)),
+                f"{m}.scales": ("F16", (out, width * pack)),
+            },
+        )
+    quant = {
+        "quant_method": "awq",
+        "bits": bits,
+        "group_size": group,
+        "version": "gemv",
+        "zero_point": True,
+    }
+    return spec, arch.config(quantization_config=quant)
+
+
+def awq_gemv_fast(arch: Arch, *, group: int = 128) -> tuple[Spec, dict[str, Any]]:
+    """AWQ GEMV-fast (4-bit only), as AutoAWQ's ``WQLinear_GEMVFast`` stores it: qweight I16
+    [out/4, in/4·4] (four outputs interleaved, four values per int16), scales and float zero
+    points F16 [zw·8, out]."""
+    spec = float_spec(arch)
+    shapes = float_model(arch)
+    interleave, per_int16 = 4, 16 // 4
+    for m in linears(arch):
+        out, inp = shapes[f"{m}.weight"]
+        width = _awq_zeros_width(inp, group) * 8
+        _swap(
+            spec,
+            m,
+            {
+                f"{m}.qweight": ("I16", (out // interleave, inp // per_int16 * interleave)),
+                f"{m}.qzeros": ("F16", (width, out)),
+                f"{m}.scales": ("F16", (width, out)),
+            },
+        )
+    quant = {"quant_method": "awq", "bits": 4, "group_size": group, "version": "gemv_fast"}
+    return spec, arch.config(quantization_config=quant)
+
+
+def modelopt_nvfp4(arch: Arch) -> tuple[Spec, dict[str, Any]]:
+    """NVIDIA ModelOpt NVFP4 (the ``nvidia/*-FP4`` repos): weight U8 [out, in/2] (two fp4
+    values per byte), weight_scale F8_E4M3 [out, in/16], weight_scale_2 and input_scale F32
+    scalars; the KV scales of attention beside them."""
+    spec = float_spec(arch)
+    shapes = float_model(arch)
+    for m in linears(arch):
+        out, inp = shapes[f"{m}.weight"]
+        _swap(
+            spec,
+            m,
+            {
+                f"{m}.weight": ("U8", (out, inp // 2)),
+                f"{m}.weight_scale": ("F8_E4M3", (out, inp // 16)),
+                f"{m}.weight_scale_2": ("F32", ()),
+                f"{m}.input_scale": ("F32", ()),
+            },
+        )
+    for layer in range(arch.layers):
+        for leaf in ("k_scale", "v_scale"):
+            spec[f"model.layers.{layer}.self_attn.{leaf[0]}_proj.{leaf}"] = ("F32", ())
+    quant = {
+        "quant_method": "modelopt",
+        "producer": {"name": "modelopt", "version": "0.29.0"},
+        "quant_algo": "NVFP4",
+        "kv_cache_quant_algo": "FP8",
+        "group_size": 16,
+        "exclude_modules": ["lm_head"],
+    }
+    return spec, arch.config(quantization_config=quant)
+
+
+def exl2(arch: Arch, *, bits: int = 4) -> tuple[Spec, dict[str, Any]]:
+    """ExLlamaV2's EXL2, whose layout we do not unpack: q_weight I32 [in·bits/32, out], q_scale
+    I32, q_scale_max F16, q_groups I16 and q_invperm I32 per linear layer."""
+    spec = float_spec(arch)
+    shapes = float_model(arch)
+    for m in linears(arch):
+        out, inp = shapes[f"{m}.weight"]
+        groups = inp // 32
+        _swap(
+            spec,
+            m,
+            {
+                f"{m}.q_weight": ("I32", (inp * bits // 32, out)),
+                f"{m}.q_scale": ("I32", (groups, out // 8)),
+                f"{m}.q_scale_max": ("F16", (groups,)),
+                f"{m}.q_groups": ("I16", (groups * 2,)),
+                f"{m}.q_invperm": ("I32", (inp,)),
+            },
+        )
+    quant = {"quant_method": "exl2", "version": "0.2.8", "bits": float(bits), "head_bits": 6}
+    return spec, arch.config(quantization_config=quant)
+
+
 def bnb4(
     arch: Arch, *, quant_type: str = "nf4", double: bool = True
 ) -> tuple[Spec, dict[str, Any]]:
@@ -274,6 +391,43 @@ def compressed_pack(arch: Arch, *, bits: int = 4, group: int = 32) -> tuple[Spec
                 },
             }
         },
+        "ignore": ["lm_head", "re:.*mlp.gate$"],
+    }
+    return spec, arch.config(quantization_config=quant)
+
+
+def compressed_two_widths(
+    arch: Arch, *, class_group_first: bool = True
+) -> tuple[Spec, dict[str, Any]]:
+    """pack-quantized with two config groups, as llm-compressor writes a recipe that keeps the
+    down projections at 8 bits: ``Linear`` at 4 bits and ``re:.*down_proj$`` at 8 bits. The
+    module's name wins over its class (compressed-tensors' ``match_named_modules``, vLLM),
+    whatever the groups' order in the config."""
+    spec = float_spec(arch)
+    shapes = float_model(arch)
+    for m in linears(arch):
+        out, inp = shapes[f"{m}.weight"]
+        per = 32 // (8 if m.endswith("down_proj") else 4)
+        _swap(
+            spec,
+            m,
+            {
+                f"{m}.weight_packed": ("I32", (out, -(-inp // per))),
+                f"{m}.weight_scale": ("BF16", (out, 1)),
+                f"{m}.weight_shape": ("I64", (2,)),
+            },
+        )
+    weights = {"type": "int", "strategy": "channel", "symmetric": True}
+    groups = {
+        "group_0": {"targets": ["Linear"], "weights": {"num_bits": 4, **weights}},
+        "group_1": {"targets": ["re:.*down_proj$"], "weights": {"num_bits": 8, **weights}},
+    }
+    if not class_group_first:
+        groups = dict(reversed(list(groups.items())))
+    quant = {
+        "quant_method": "compressed-tensors",
+        "format": "pack-quantized",
+        "config_groups": groups,
         "ignore": ["lm_head", "re:.*mlp.gate$"],
     }
     return spec, arch.config(quantization_config=quant)

@@ -100,6 +100,17 @@ class _Running:
         self.loop.close()
 
 
+def _range_of(match: re.Match[str], size: int) -> tuple[int, int]:
+    """``(first, last)`` byte of a matched ``bytes=a-b``, ``bytes=a-`` or suffix ``bytes=-n``
+    (RFC 9110 14.1.2: the last n bytes, the whole file when it is shorter; ``bytes=-0`` cannot
+    be satisfied, given here as a first byte past the end)."""
+    if not match.group(1):
+        count = int(match.group(2))
+        return (max(0, size - count), size - 1) if count else (size, size - 1)
+    start = int(match.group(1))
+    return start, min(int(match.group(2)) if match.group(2) else size - 1, size - 1)
+
+
 @contextmanager
 def static_server(root: Path) -> Iterator[tuple[str, Log]]:
     """aiohttp's static file handler serving ``root``; yields (base URL, log)."""
@@ -238,11 +249,10 @@ class FaultyServer:
         if self.honour_if_match and if_match is not None and if_match != etag:
             entry.status = 412
             return web.Response(status=412)
-        match = re.fullmatch(r"bytes=(\d+)-(\d*)", rng or "")
-        if fault == "ignore-range" or match is None:
+        match = re.fullmatch(r"bytes=(\d*)-(\d*)", rng or "")
+        if fault == "ignore-range" or match is None or match.group(0) == "bytes=-":
             return await self._send(request, entry, 200, data, {"ETag": etag})
-        start = int(match.group(1))
-        last = min(int(match.group(2)) if match.group(2) else len(data) - 1, len(data) - 1)
+        start, last = _range_of(match, len(data))
         if start >= len(data):
             entry.status = 416
             return web.Response(status=416, headers={"Content-Range": f"bytes */{len(data)}"})

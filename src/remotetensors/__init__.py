@@ -16,6 +16,7 @@ from .errors import (
     AmbiguousModelError,
     BackendError,
     BadResponseError,
+    CheckpointMismatchError,
     ChecksumMismatchError,
     ConfigWarning,
     DropInError,
@@ -23,11 +24,15 @@ from .errors import (
     FrameworkError,
     HeaderError,
     HeaderErrorKind,
+    IncompleteLoadError,
+    LeftOutWarning,
     LocationError,
     MissingDependencyError,
     NotFoundError,
+    OfflineError,
     PermissionDeniedError,
     RangeNotSupportedError,
+    ReadOnlyStoreError,
     RedirectError,
     RemoteFileChangedError,
     RemoteTensorsError,
@@ -44,6 +49,8 @@ from .errors import (
 if TYPE_CHECKING:
     from .dtypes import DTYPES, DType
     from .index import FileIndex, ModelIndex, TensorInfo, parameter_count
+    from .integrations.torch import LoadReport, load_into, load_into_async
+    from .integrations.torch_iter import iter_tensors, iter_tensors_async
     from .models.checksum import verify_checksum, verify_checksum_async
     from .models.model import AsyncModel, open_model_async
     from .models.scan import ModelSummary, ScanResult, scan, scan_async
@@ -77,6 +84,8 @@ _LAZY: dict[str, str] = {
     **dict.fromkeys(["Traffic"], ".sources.base"),
     **dict.fromkeys(["HttpOptions"], ".sources.http.client"),
     **dict.fromkeys(["TensorStats"], ".views.stats"),
+    **dict.fromkeys(["LoadReport", "load_into", "load_into_async"], ".integrations.torch"),
+    **dict.fromkeys(["iter_tensors", "iter_tensors_async"], ".integrations.torch_iter"),
     **dict.fromkeys(
         ["Model", "TensorSlice", "open_async", "open_model", "safe_open"], ".models.sync"
     ),
@@ -109,6 +118,9 @@ _HOOKS: dict[str, tuple[str, str]] = {
     "model_tree": (".views.explore", "model_tree"),
     "tensor_view": (".views.explore", "TensorView"),
     "tensor_to_dask": (".integrations.dask", "tensor_to_dask"),
+    "open_pipeline": (".models.pipeline", "open_pipeline"),
+    "model_zarr_store": (".integrations.zarr", "model_zarr_store"),
+    "model_kerchunk": (".integrations.zarr", "model_kerchunk"),
 }
 
 
@@ -133,6 +145,7 @@ __all__ = [
     "BackendError",
     "BadResponseError",
     "ByteRange",
+    "CheckpointMismatchError",
     "ChecksumMismatchError",
     "Comparison",
     "ConfigWarning",
@@ -144,6 +157,9 @@ __all__ = [
     "HeaderError",
     "HeaderErrorKind",
     "HttpOptions",
+    "IncompleteLoadError",
+    "LeftOutWarning",
+    "LoadReport",
     "LocationError",
     "LogicalTensor",
     "MemoryEstimate",
@@ -152,10 +168,12 @@ __all__ = [
     "ModelIndex",
     "ModelSummary",
     "NotFoundError",
+    "OfflineError",
     "ParameterCount",
     "PermissionDeniedError",
     "Quantization",
     "RangeNotSupportedError",
+    "ReadOnlyStoreError",
     "ReadOptions",
     "RedirectError",
     "RemoteFileChangedError",
@@ -176,6 +194,10 @@ __all__ = [
     "UnsupportedDtypeError",
     "__version__",
     "compare",
+    "iter_tensors",
+    "iter_tensors_async",
+    "load_into",
+    "load_into_async",
     "open_async",
     "open_model",
     "open_model_async",

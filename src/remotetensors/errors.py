@@ -105,6 +105,11 @@ class HeaderErrorKind(str, enum.Enum):
     TOO_MANY_DIMS = "too many tensor dims"
     INVALID_METADATA = "invalid GGUF metadata"
     MISALIGNED_TENSOR = "misaligned GGUF tensor offset"
+    # PyTorch .bin (torch.save's zip): the archive, and the pickle read without running it.
+    INVALID_ZIP = "invalid PyTorch zip archive"
+    LEGACY_TORCH_FORMAT = "legacy PyTorch file (torch.save before 1.6)"
+    INVALID_PICKLE = "invalid or unsupported pickle"
+    FORBIDDEN_GLOBAL = "pickle global not allowed"
 
 
 class HeaderError(DropInError, ValueError):
@@ -294,6 +299,93 @@ class RemoteFileChangedError(RemoteTensorsError, OSError):
     """The file changed between two requests (its validator, e.g. the ETag, no longer matches)."""
 
 
+class OfflineError(RemoteTensorsError, ConnectionError):
+    """Offline mode is on (``HF_HUB_OFFLINE=1`` or ``REMOTETENSORS_OFFLINE=1``) and what was
+    asked for is not in the persistent cache; no request was sent. The message names the
+    location and says to run once online. A ``ConnectionError``, as huggingface_hub's
+    ``OfflineModeIsEnabled`` is."""
+
+
+class CheckpointMismatchError(RemoteTensorsError, RuntimeError):
+    """A checkpoint does not fit the torch module it is loaded into: a tensor whose shape
+    differs (always an error), or, with ``strict=True``, names the module holds and the
+    checkpoint lacks or the reverse. Raised from the headers alone, before any tensor data is
+    asked for. A ``RuntimeError``, as ``torch.nn.Module.load_state_dict`` raises.
+
+    Attributes:
+        location: the checkpoint (secrets redacted).
+        missing: module names the checkpoint lacks (raised with ``strict=True`` only).
+        unexpected: checkpoint names the module lacks (raised with ``strict=True`` only).
+        mismatched: module name -> (the module's shape, the checkpoint's shape).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        location: str,
+        missing: tuple[str, ...] = (),
+        unexpected: tuple[str, ...] = (),
+        mismatched: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.location = location
+        self.missing = missing
+        self.unexpected = unexpected
+        self.mismatched = dict(mismatched or {})
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        fields = {
+            "location": self.location,
+            "missing": self.missing,
+            "unexpected": self.unexpected,
+            "mismatched": self.mismatched,
+        }
+        return (_rebuild, (type(self), tuple(self.args), fields))
+
+
+class IncompleteLoadError(RemoteTensorsError, OSError):
+    """Reading a checkpoint into a torch module stopped part way (the network failed, the file
+    changed). Only tensors whose every byte arrived were put in the module and are named in
+    ``loaded``; a tensor cut short is not: a meta parameter stays on meta, a real one filled in
+    place holds some new bytes and is named in ``not_loaded``. The cause is chained
+    (``__cause__``).
+
+    Attributes:
+        location: the checkpoint (secrets redacted).
+        loaded: module names filled completely before the failure.
+        not_loaded: module names that were to be filled and were not.
+        report: the load's report so far (a ``remotetensors.integrations.torch.LoadReport``).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        location: str,
+        loaded: tuple[str, ...],
+        not_loaded: tuple[str, ...],
+        report: Any = None,
+    ) -> None:
+        super().__init__(message)
+        self.location = location
+        self.loaded = loaded
+        self.not_loaded = not_loaded
+        self.report = report
+
+    def __str__(self) -> str:
+        return str(self.args[0])  # OSError would show a tuple of several arguments
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        fields = {
+            "location": self.location,
+            "loaded": self.loaded,
+            "not_loaded": self.not_loaded,
+            "report": self.report,
+        }
+        return (_rebuild, (type(self), tuple(self.args), fields))
+
+
 def did_you_mean(name: str, known: Iterable[str]) -> str:
     """``"; did you mean 'x'?"`` for the names closest to ``name``, or ``""`` when none is."""
     import difflib  # here: 1.4 ms that only a miss pays, not every import
@@ -308,6 +400,17 @@ class ConfigWarning(RemoteTensorsError, UserWarning):
     """A warning, not an error: a config that cannot be used as it is (not JSON, an unknown
     quantization method, one that contradicts the tensors). The model still opens and is
     counted from its tensors; the message names the file."""
+
+
+class ReadOnlyStoreError(RemoteTensorsError, ValueError):
+    """A write to a checkpoint's Zarr store (``Model.as_zarr_store()``), which only reads; a
+    ``ValueError`` too, as zarr's own read-only error is."""
+
+
+class LeftOutWarning(RemoteTensorsError, UserWarning):
+    """A tensor left out of a Zarr store, kerchunk references or a VirtualiZarr manifest: Zarr
+    cannot express its dtype as stored, or its name as a node. The message names the tensor and
+    the reason; every other tensor is there."""
 
 
 _PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep

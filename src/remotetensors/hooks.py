@@ -18,6 +18,12 @@ The hooks, by name (arguments as the caller passes them):
 - ``model_tree(model)``: the module tree of a model (``views.tree.Tree``).
 - ``tensor_view(model, info, logical)``: ``views.explore.TensorView`` of one tensor.
 - ``tensor_to_dask(recipe, info, options, *, chunk_bytes)``: a lazy ``dask.array.Array``.
+- ``open_pipeline(location, place, found, stack, *, options, framework, variant)``: a diffusers
+  pipeline's model (``models.pipeline.AsyncPipeline``, a subclass of the model that opens it:
+  ``models.model`` reaches it here, as values reach their views).
+- ``model_zarr_store(model, *, loop, chunk_bytes, coalesce_window_seconds)``: a read-only
+  Zarr v3 store of an ``AsyncModel`` whose files live on ``loop``.
+- ``model_kerchunk(model, *, chunk_bytes)``: kerchunk references of an ``AsyncModel``.
 """
 
 from __future__ import annotations

@@ -214,6 +214,13 @@ class TensorTable(Mapping[str, TensorInfo]):
             self._names_text = "\n".join(self._rows) + "\n"
         return f"{suffix}\n" in self._names_text
 
+    def may_have_name_containing(self, fragment: str) -> bool:
+        """``False`` when no name contains ``fragment`` (a search of one string, cached);
+        ``True`` means perhaps: check the names themselves."""
+        self.may_have_name_ending("")  # builds the text once
+        assert self._names_text is not None
+        return fragment in self._names_text
+
     def parameter_count(self) -> dict[str, int]:
         """Elements per dtype name, ordered by dtype name; see :func:`parameter_count`."""
         if self._counts is None:

@@ -20,6 +20,11 @@ round trips it still allows about 1.3 GB/s."""
 DEFAULT_CHUNK_BYTES = 64 * 1024 * 1024
 """``to_dask``: target bytes of one Dask chunk (whole rows; one range read each)."""
 
+DEFAULT_ZARR_CHUNK_BYTES = 4 * 1024 * 1024
+"""``as_zarr_store``, ``to_kerchunk``: target bytes of one Zarr chunk (whole rows). Smaller than
+a Dask chunk: a Zarr chunk is what a reader moves, so ten rows of an embedding cost one chunk,
+not the matrix."""
+
 
 @dataclass(frozen=True, slots=True)
 class ReadOptions:
@@ -43,6 +48,11 @@ class ReadOptions:
         read_configs: models only: ask for ``config.json`` and ``quantization_config.json``
             beside the weights in the discovery round (two more requests, no more rounds).
             Off, the true count relies on the tensors alone and ``memory()`` has no config.
+        cache: keep what describes remote files (headers, hub revisions, listings, index and
+            config files) in the persistent cache and ask it first (``REMOTETENSORS_CACHE``,
+            else the platform's user cache folder; see :mod:`remotetensors.sources.cache`).
+            False reads everything over the network and keeps nothing. Offline mode
+            (``HF_HUB_OFFLINE=1``) needs it.
 
     Raises:
         ValueError: on construction, for a non-positive size, concurrency or bound, or a
@@ -56,6 +66,7 @@ class ReadOptions:
     max_bytes_in_flight: int = DEFAULT_MAX_BYTES_IN_FLIGHT
     progress: bool | None = None
     read_configs: bool = True
+    cache: bool = True
 
     def __post_init__(self) -> None:
         if self.header_window_bytes < 8:

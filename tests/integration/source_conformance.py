@@ -66,6 +66,44 @@ class SourceTests:
         finally:
             await source.aclose()
 
+    async def test_suffix_gives_last_bytes_and_size(self) -> None:
+        source, _ = await self.make(DATA)
+        try:
+            suffix = await source.open_suffix(1000)
+            assert suffix.data == DATA[-1000:]
+            assert (suffix.size, suffix.start) == (len(DATA), len(DATA) - 1000)
+            assert await source.read(0, 10) == DATA[:10]  # the version is pinned, as by a prefix
+        finally:
+            await source.aclose()
+
+    async def test_suffix_longer_than_the_file(self) -> None:
+        source, _ = await self.make(b"short file")
+        try:
+            suffix = await source.open_suffix(1 << 20)
+            assert (suffix.data, suffix.size, suffix.start) == (b"short file", 10, 0)
+        finally:
+            await source.aclose()
+
+    async def test_suffix_of_an_empty_file(self) -> None:
+        source, _ = await self.make(b"")
+        try:
+            suffix = await source.open_suffix(64)
+            assert (suffix.data, suffix.size) == (b"", 0)
+        finally:
+            await source.aclose()
+
+    async def test_suffix_then_a_changed_file_is_seen(self) -> None:
+        if not self.detects_changes:
+            pytest.skip("this backend reports only a size (see detects_changes)")
+        source, replace = await self.make(DATA)
+        try:
+            await source.open_suffix(100)
+            replace(DATA[::-1])
+            with pytest.raises(rt.RemoteFileChangedError):
+                await source.read(0, 100)
+        finally:
+            await source.aclose()
+
     async def test_exact_ranges(self, opened: tuple[ByteSource, Replace]) -> None:
         source, _ = opened
         await source.open_prefix(8)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -12,6 +13,7 @@ import numpy as np
 import pytest
 
 from remotetensors.cli import main, parse_slice
+from remotetensors.quantization.moe import ACTIVE_CONVENTION
 from tests.integration.test_models import expected_counts, serve, sharded
 from tests.reference import write_reference
 from tests.servers import FaultyServer
@@ -33,6 +35,10 @@ def test_params_human_and_json(faulty: FaultyServer, capsys: pytest.CaptureFixtu
     assert data == {
         "parameters": total,
         "exact": True,
+        "active_parameters": total,  # a dense model: all of it
+        "active_exact": True,
+        "active_convention": ACTIVE_CONVENTION,
+        "moe": None,
         "quantization": None,
         "declared_parameters": None,
         "stored_parameters": total,
@@ -138,7 +144,8 @@ def test_parse_slice() -> None:
         parse_slice("1:2:3:4")
 
 
-def test_demo_runs_offline_as_a_module() -> None:
+def test_demo_runs_offline_as_a_module(tmp_path: Path) -> None:
+    users_cache = tmp_path / "users-cache"
     result = subprocess.run(
         [sys.executable, "-m", "remotetensors", "demo"],
         capture_output=True,
@@ -146,16 +153,36 @@ def test_demo_runs_offline_as_a_module() -> None:
         timeout=120,
         check=False,
         stdin=subprocess.DEVNULL,
+        env={**os.environ, "REMOTETENSORS_CACHE": str(users_cache)},
     )
     assert result.returncode == 0, result.stderr
     out = result.stdout
     assert "$ remotetensors params" in out
     assert "$ remotetensors get" in out
-    assert out.count("crossed the network") == 3
     assert "Traceback" not in result.stderr
+    assert result.stderr == ""  # no warning either
     # The folder the demo wrote to is gone when it ends: its path is never shown.
     assert tempfile.gettempdir() not in out
     assert "-> rows.npy" in out
+    # Round three: a mixture of experts' active parameters (8 experts of 3 x 256 x 128, 2 used
+    # per token, in 2 layers: 6 unused experts x 98,304 x 2 layers fewer than the total).
+    moe = out.split("/moe/\n", 1)[1]
+    total = int(moe.split("(", 1)[1].split(")", 1)[0].replace(",", ""))
+    active = int(moe.split("active per token (", 1)[1].split(")", 1)[0].replace(",", ""))
+    assert total - active == 6 * 3 * 256 * 128 * 2
+    # Coming back with the network off: nothing crossed it, and the demo's cache was its own.
+    assert "requests sent: 0" in out
+    assert "crossed the network: 0 requests (the headers came from the cache)" in out
+    assert not users_cache.exists()
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        assert "torch is not installed" in out
+        assert out.count("crossed the network") == 5
+    else:  # the .bin repo counted, one layer loaded into torch
+        assert "131,584" in out.split("/bin/\n", 1)[1]  # 2 x (256 x 256 + 256)
+        assert "loaded (256, 256)" in out
+        assert out.count("crossed the network") == 7
 
 
 def test_an_unexpected_failure_is_one_line_unless_debugging(

@@ -331,7 +331,7 @@ def test_hub_scheme_in_any_case_and_legacy_names(results: Results, case: str) ->
         ("missing revision", ["no revision 'v9'", "RevisionNotFound"]),
         (
             "no safetensors",
-            ["hf://org/no-weights", "no safetensors or GGUF weights", "model.safetensors"],
+            ["hf://org/no-weights", "no safetensors, PyTorch or GGUF weights", "pytorch_model"],
         ),
     ],
 )

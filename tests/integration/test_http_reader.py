@@ -17,6 +17,7 @@ from safetensors import safe_open as reference_open
 
 import remotetensors as rt
 from remotetensors.ranges import ByteRange, plan_reads
+from remotetensors.sources.http.source import HttpSource
 from tests.reference import ReferenceView, raw_file, reference_read, write_reference
 from tests.servers import FaultyServer, Log
 from tests.unit.test_safetensors_format import every_writable_dtype
@@ -272,6 +273,37 @@ def test_cut_bodies_resume_from_the_first_missing_byte(
     assert first == (start, info.end)
     half = (info.end - start) // 2
     assert second == (start + half, info.end)
+
+
+@pytest.mark.parametrize("fault", ["short-body", "drop"])
+async def test_a_cut_suffix_resumes_as_a_plain_range(faulty: FaultyServer, fault: str) -> None:
+    data = bytes(range(256)) * 40
+    url = faulty.put("f.bin", data)
+    faulty.fault("f.bin", fault)
+    source = HttpSource(url, options=FAST)
+    try:
+        suffix = await source.open_suffix(4000)
+    finally:
+        await source.aclose()
+    assert (suffix.data, suffix.start) == (data[-4000:], len(data) - 4000)
+    assert [e.range for e in faulty.log.entries] == [
+        "bytes=-4000",
+        f"bytes={len(data) - 2000}-{len(data) - 1}",  # the half that was cut off
+    ]
+
+
+async def test_a_suffix_served_whole_keeps_the_tail(faulty: FaultyServer) -> None:
+    data = bytes(range(256)) * 4
+    url = faulty.put("f.bin", data)
+    faulty.fault("f.bin", "ignore-range")
+    source = HttpSource(url, options=rt.HttpOptions(accept_whole_body_below_bytes=10_000))
+    try:
+        suffix = await source.open_suffix(100)
+        assert (suffix.data, suffix.size) == (data[-100:], len(data))
+        assert await source.read(5, 9) == data[5:9]  # from the body held, no request
+    finally:
+        await source.aclose()
+    assert len(faulty.log.entries) == 1
 
 
 @pytest.mark.parametrize("status", ["429", "503", "500"])
@@ -591,10 +623,18 @@ def test_ctrl_c_cancels_the_work_in_flight(
     main = threading.main_thread().ident
     assert main is not None
     assert threading.current_thread() is threading.main_thread()
+    # A run started in the background or under nohup inherits SIGINT as ignored, and Python
+    # then installs no handler: the signal would do nothing. A terminal's Ctrl-C raises
+    # KeyboardInterrupt, so the test sets that disposition itself and puts back the one it found.
+    inherited = signal.signal(signal.SIGINT, signal.default_int_handler)
     timer = threading.Timer(0.3, signal.pthread_kill, args=(main, signal.SIGINT))
-    timer.start()
-    with pytest.raises(KeyboardInterrupt):
-        f.get_tensor("embed")
+    try:
+        timer.start()
+        with pytest.raises(KeyboardInterrupt):
+            f.get_tensor("embed")
+    finally:
+        timer.cancel()
+        signal.signal(signal.SIGINT, inherited)
     # The call did not wait for the stalled answer: its request was cancelled and its
     # connection closed while the server still held the answer back (499, not 206).
     (stalled,) = server.log.entries

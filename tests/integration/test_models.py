@@ -328,10 +328,24 @@ def put_s3(endpoint: str, bucket: str, files: dict[str, bytes]) -> None:
     fs = s3fs.S3FileSystem(
         endpoint_url=endpoint, key="testing", secret="testing", skip_instance_cache=True
     )
-    if not fs.exists(bucket):
-        fs.mkdir(bucket)
-    for name, data in files.items():
-        fs.pipe(f"{bucket}/{name}", data)
+    try:
+        if not fs.exists(bucket):
+            fs.mkdir(bucket)
+        for name, data in files.items():
+            fs.pipe(f"{bucket}/{name}", data)
+    finally:
+        close_s3(fs)
+
+
+def close_s3(fs: Any) -> None:
+    """Close the session of an unshared sync ``s3fs`` filesystem now, on fsspec's loop: left to
+    s3fs's finalizer, the close gets 0.1 s (or a task on whichever loop runs then) and its
+    sockets may be collected unclosed, a ResourceWarning in a later test."""
+    from fsspec.asyn import sync
+
+    session, fs._s3 = fs._s3, None
+    if session is not None:
+        sync(fs.loop, session.__aexit__, None, None, None)
 
 
 def test_s3_file_through_storage_options(moto_endpoint: str) -> None:

@@ -13,6 +13,7 @@ from remotetensors.sources.fsspec import FsspecSource
 from remotetensors.sources.http.source import HttpSource
 from remotetensors.sources.local import LocalSource
 from tests.integration.source_conformance import DATA, Replace, SourceTests
+from tests.integration.test_models import close_s3
 from tests.servers import FaultyServer
 
 
@@ -142,7 +143,7 @@ class TestFsspecHttpWithoutValidator(TestFsspecHttp):
 
 class TestFsspecS3(SourceTests):
     @pytest.fixture(autouse=True)
-    def _bucket(self, moto_endpoint: str, request: pytest.FixtureRequest) -> None:
+    def _bucket(self, moto_endpoint: str, request: pytest.FixtureRequest) -> Iterator[None]:
         import s3fs
 
         self.options = {
@@ -154,6 +155,8 @@ class TestFsspecS3(SourceTests):
         self.fs = s3fs.S3FileSystem(**self.options)
         self.bucket = f"conformance-{abs(hash(request.node.nodeid)) % 10**8}"
         self.fs.mkdir(self.bucket)
+        yield
+        close_s3(self.fs)
 
     async def make(self, data: bytes) -> tuple[ByteSource, Replace]:
         path = f"{self.bucket}/file.bin"

@@ -129,6 +129,16 @@ PUBLIC_NAMES = {
     "TensorView",
     "Traffic",
     "compare",
+    "LeftOutWarning",
+    "ReadOnlyStoreError",
+    "OfflineError",
+    "CheckpointMismatchError",
+    "IncompleteLoadError",
+    "LoadReport",
+    "iter_tensors",
+    "iter_tensors_async",
+    "load_into",
+    "load_into_async",
 }
 
 

@@ -23,6 +23,9 @@ HOOKS = {
     "model_tree",
     "tensor_view",
     "tensor_to_dask",
+    "open_pipeline",
+    "model_zarr_store",
+    "model_kerchunk",
 }
 
 

@@ -16,6 +16,7 @@ from remotetensors.sources.http.answer import (
     Reresolve,
     Retry,
     Terms,
+    Unchanged,
     Whole,
     decide,
 )
@@ -47,6 +48,15 @@ def test_a_matching_206_is_partial_and_a_later_one_must_match_the_pin() -> None:
         answer(206, later, ("ETag", '"v2"'), asked=LATER)
     with pytest.raises(rt.BadResponseError, match="expected bytes 0-9/1000"):
         answer(206, ("Content-Range", "bytes 1-10/1000"))
+
+
+def test_a_suffix_206_must_end_at_the_end_of_the_file() -> None:
+    last = Asked(0, 10, first=True, suffix=True)
+    assert answer(206, ("Content-Range", "bytes 990-999/1000"), asked=last) == Partial(10, 1000)
+    assert answer(206, ("Content-Range", "bytes 0-4/5"), asked=last) == Partial(5, 5)  # shorter
+    for wrong in ("bytes 0-9/1000", "bytes 989-998/1000", "bytes 991-999/1000"):
+        with pytest.raises(rt.BadResponseError, match=r"the last 10 bytes.*expected bytes 990-999"):
+            answer(206, ("Content-Range", wrong), asked=last)
 
 
 def test_a_200_is_whole_when_small_and_asked_first_else_refused() -> None:
@@ -91,6 +101,12 @@ def test_errors_and_an_expired_redirect() -> None:
     assert 'HTTP 412 for If-Match "v1"' in str(changed.error)
     assert answer(404) == Refused(404)
     assert answer(403, url="http://cdn/signed") == Reresolve(403)
+
+
+def test_a_first_304_is_unchanged_a_later_one_an_error() -> None:
+    # The first request of a file the persistent cache holds names its version (If-None-Match).
+    assert answer(304, ("ETag", '"v1"')) == Unchanged('"v1"')
+    assert answer(304, asked=LATER) == Refused(304)
 
 
 def test_the_pin_sends_if_match_for_a_strong_etag_else_if_unmodified_since() -> None:

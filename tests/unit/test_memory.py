@@ -181,3 +181,152 @@ def test_chunked_and_sliding_layers_each_keep_their_own_cap() -> None:
     assert (
         estimate_memory(short, 0, context=8192).kv_cache_bytes == (5 * 8192 + 512) * per_token_layer
     )
+
+
+# --- hybrid models: only the layers that attend keep a KV cache (issue 31) -------------------
+
+
+def jamba_v01() -> dict[str, Any]:
+    """ai21labs/Jamba-v0.1's config.json (the keys that shape its cache)."""
+    return {
+        "architectures": ["JambaForCausalLM"],
+        "model_type": "jamba",
+        "attn_layer_offset": 4,
+        "attn_layer_period": 8,
+        "expert_layer_offset": 1,
+        "expert_layer_period": 2,
+        "hidden_size": 4096,
+        "intermediate_size": 14336,
+        "mamba_conv_bias": True,
+        "mamba_d_conv": 4,
+        "mamba_d_state": 16,
+        "mamba_dt_rank": 256,
+        "mamba_expand": 2,
+        "mamba_proj_bias": False,
+        "max_position_embeddings": 262144,
+        "num_attention_heads": 32,
+        "num_experts": 16,
+        "num_experts_per_tok": 2,
+        "num_hidden_layers": 32,
+        "num_key_value_heads": 8,
+        "sliding_window": None,
+        "torch_dtype": "bfloat16",
+        "vocab_size": 65536,
+    }
+
+
+def nemotron_h_8b() -> dict[str, Any]:
+    """nvidia/Nemotron-H-8B-Base-8K's config.json (the keys that shape its cache)."""
+    return {
+        "architectures": ["NemotronHForCausalLM"],
+        "model_type": "nemotron_h",
+        "hidden_size": 4096,
+        "head_dim": 128,
+        "hybrid_override_pattern": "M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-",
+        "mamba_num_heads": 128,
+        "mamba_head_dim": 64,
+        "ssm_state_size": 128,
+        "max_position_embeddings": 8192,
+        "num_attention_heads": 32,
+        "num_hidden_layers": 52,
+        "num_key_value_heads": 8,
+        "torch_dtype": "bfloat16",
+        "vocab_size": 131072,
+    }
+
+
+def llama4_scout(no_rope_layers: list[int] | None) -> dict[str, Any]:
+    """meta-llama/Llama-4-Scout-17B-16E's config.json (its text_config's cache keys); its
+    ``no_rope_layers`` as published (one flag per layer) or left to the default interval."""
+    text: dict[str, Any] = {
+        "model_type": "llama4_text",
+        "attention_chunk_size": 8192,
+        "head_dim": 128,
+        "hidden_size": 5120,
+        "interleave_moe_layer_step": 1,
+        "max_position_embeddings": 10485760,
+        "num_attention_heads": 40,
+        "num_experts_per_tok": 1,
+        "num_hidden_layers": 48,
+        "num_key_value_heads": 8,
+        "num_local_experts": 16,
+        "torch_dtype": "bfloat16",
+        "vocab_size": 202048,
+    }
+    if no_rope_layers is not None:
+        text["no_rope_layers"] = no_rope_layers
+    return {
+        "architectures": ["Llama4ForConditionalGeneration"],
+        "model_type": "llama4",
+        "text_config": text,
+        "torch_dtype": "bfloat16",
+    }
+
+
+def test_jamba_caches_only_its_attention_layers() -> None:
+    config = jamba_v01()
+    attending = [i for i in range(32) if i % config["attn_layer_period"] == 4]
+    per_token_layer = 2 * 8 * 128 * 2
+    estimate = estimate_memory(config, 0, context=262144)
+    assert estimate.kv_cache_bytes == len(attending) * 262144 * per_token_layer
+    assert (estimate.full_layers, estimate.constant_layers) == (len(attending), 32 - 4)
+    assert estimate.kv_cache_bound is None
+
+
+def test_nemotron_h_caches_only_the_layers_its_pattern_marks_with_a_star() -> None:
+    config = nemotron_h_8b()
+    pattern = config["hybrid_override_pattern"]
+    assert len(pattern) == config["num_hidden_layers"]
+    estimate = estimate_memory(config, 0, context=8192)
+    assert estimate.kv_cache_bytes == pattern.count("*") * 8192 * 2 * 8 * 128 * 2
+    assert estimate.full_layers == pattern.count("*")
+    assert estimate.constant_layers == pattern.count("M")
+    assert estimate.kv_cache_bound is None
+
+
+@pytest.mark.parametrize("published", [True, False])
+def test_llama4_chunks_the_rope_layers(published: bool) -> None:
+    flags = [int((i + 1) % 4 != 0) for i in range(48)]  # transformers' default interval of 4
+    config = llama4_scout(flags if published else None)
+    context = 131072
+    estimate = estimate_memory(config, 0, context=context)
+    per_token_layer = 2 * 8 * 128 * 2
+    chunked, full = sum(flags), 48 - sum(flags)
+    assert estimate.kv_cache_bytes == (full * context + chunked * 8192) * per_token_layer
+    assert (estimate.full_layers, estimate.window_layers) == (full, chunked)
+    assert estimate.window_tokens == 8192
+    assert estimate.kv_cache_bound is None
+
+
+def test_an_estimate_that_is_only_a_bound_says_so() -> None:
+    # State-space keys without any key saying which layers attend: every layer is counted.
+    config = jamba_v01()
+    del config["attn_layer_period"], config["attn_layer_offset"]
+    estimate = estimate_memory(config, 0, context=1000)
+    assert estimate.kv_cache_bytes == 32 * 1000 * 2 * 8 * 128 * 2
+    assert estimate.kv_cache_bound is not None
+    assert "upper bound" in estimate.kv_cache_bound
+    assert estimate.as_dict()["kv_cache_bound"] == estimate.kv_cache_bound
+    # A chunk size without the layers it applies to.
+    chunked = llama(attention_chunk_size=8192)
+    estimate = estimate_memory(chunked, 0, context=131072)
+    assert estimate.kv_cache_bytes == compute_safetensors_kv_cache_size(llama(), "BF16", 131072)
+    assert estimate.kv_cache_bound is not None
+    assert estimate_memory(llama(), 0, context=10).kv_cache_bound is None
+
+
+def test_the_memory_text_labels_a_bound() -> None:
+    from remotetensors.views.reports import memory_text
+
+    config = jamba_v01()
+    del config["attn_layer_period"]
+    bound = estimate_memory(config, 10, context=1000)
+    report = {"location": "m", "parameters": 7, "quantization": None, **bound.as_dict()}
+    text = "\n".join(memory_text(report))
+    assert "KV cache  at most" in text
+    assert "upper bound" in text
+    exact = estimate_memory(jamba_v01(), 10, context=1000)
+    report = {"location": "m", "parameters": 7, "quantization": None, **exact.as_dict()}
+    text = "\n".join(memory_text(report))
+    assert "at most" not in text
+    assert "4 full-context layer(s), 28 of constant state" in text

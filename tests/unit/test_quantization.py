@@ -286,7 +286,20 @@ def test_stored_shapes_the_packed_weights_cannot_hold_are_not_believed() -> None
     kv_heads=st.sampled_from([1, 2]),
     layers=st.integers(1, 3),
     vocab=st.integers(1, 1000),
-    layout=st.sampled_from(["gptq", "awq", "bnb4", "bnb8", "nvfp4", "fp8", "mlx"]),
+    layout=st.sampled_from(
+        [
+            "gptq",
+            "awq",
+            "awq-gemv",
+            "awq-gemv-fast",
+            "bnb4",
+            "bnb8",
+            "nvfp4",
+            "modelopt",
+            "fp8",
+            "mlx",
+        ]
+    ),
     bits=st.sampled_from([2, 3, 4, 8]),
 )
 def test_any_shape_counts_as_its_float_model(
@@ -311,6 +324,9 @@ def test_any_shape_counts_as_its_float_model(
     builds = {
         "gptq": lambda: q.gptq(arch, bits=bits),
         "awq": lambda: q.awq(arch, bits=4 if bits == 3 else bits),
+        "awq-gemv": lambda: q.awq_gemv(arch, bits=4 if bits == 3 else bits),
+        "awq-gemv-fast": lambda: q.awq_gemv_fast(arch),
+        "modelopt": lambda: q.modelopt_nvfp4(arch),
         "bnb4": lambda: q.bnb4(arch),
         "bnb8": lambda: q.bnb8(arch),
         "nvfp4": lambda: q.compressed_nvfp4(arch),
@@ -402,3 +418,113 @@ def test_a_config_naming_a_method_leaves_the_plain_path() -> None:
     spec, config = q.gptq(ARCH)
     assert_both_paths_agree(q.float_spec(ARCH), config)
     assert_both_paths_agree(spec, config)
+
+
+# --- counts that were wrong and still called exact (issue 31) -----------------------------
+
+
+@pytest.mark.parametrize("group", [32, 64, 128])
+def test_awq_gemv_as_autoawq_writes_it(group: int) -> None:
+    spec, config = q.awq_gemv(ARCH, group=group)
+    result = check_exact(spec, config, q.float_count(ARCH))
+    name = "model.layers.0.mlp.down_proj"
+    assert result.tensors[f"{name}.qweight"].shape == q.float_model(ARCH)[f"{name}.weight"]
+    assert result.tensors[f"{name}.scales"].role == AUXILIARY
+    del config["quantization_config"]
+    check_exact(spec, config, q.float_count(ARCH))  # the shapes alone say GEMV
+
+
+def test_the_issues_awq_gemv_layer() -> None:
+    # Llama-2-7B's gate_proj (out 11008, in 4096) as AutoAWQ's WQLinear_GEMV stores it at 4
+    # bits, group 128: it was counted as 352,256 parameters (11008 x the scales' width), exact.
+    out, inp = 11008, 4096
+    spec: q.Spec = {
+        "mlp.gate_proj.qweight": ("I32", (out, inp // 8)),
+        "mlp.gate_proj.qzeros": ("I32", (out, 4)),
+        "mlp.gate_proj.scales": ("F16", (out, 32)),
+    }
+    config = {"quantization_config": {"quant_method": "awq", "bits": 4, "group_size": 128}}
+    config["quantization_config"]["version"] = "gemv"
+    check_exact(spec, config, out * inp)
+
+
+def test_awq_gemv_fast_as_autoawq_writes_it() -> None:
+    spec, config = q.awq_gemv_fast(ARCH)
+    result = check_exact(spec, config, q.float_count(ARCH))
+    name = "model.layers.1.self_attn.k_proj"
+    assert result.tensors[f"{name}.qweight"].shape == q.float_model(ARCH)[f"{name}.weight"]
+    assert result.tensors[f"{name}.qzeros"].role == AUXILIARY
+
+
+@pytest.mark.parametrize("with_config", [True, False])
+def test_modelopt_nvfp4_is_recognised_from_its_tensors(with_config: bool) -> None:
+    spec, config = q.modelopt_nvfp4(ARCH)
+    if not with_config:
+        del config["quantization_config"]
+    result = check_exact(spec, config, q.float_count(ARCH))
+    name = "model.layers.0.mlp.up_proj"
+    logical = result.tensors[f"{name}.weight"]
+    assert logical.shape == q.float_model(ARCH)[f"{name}.weight"]
+    assert logical.packing == "nvfp4, 2 per U8"
+    for leaf in ("weight_scale", "weight_scale_2", "input_scale"):
+        assert result.tensors[f"{name}.{leaf}"].role == AUXILIARY
+    assert result.tensors["model.layers.0.self_attn.k_proj.k_scale"].role == AUXILIARY
+    if with_config:
+        assert result.quantization is not None
+        assert (result.quantization.method, result.quantization.bits) == ("modelopt", 4)
+        assert result.quantization.format == "nvfp4"
+        assert result.quantization.modules_not_converted == ("lm_head",)
+
+
+def test_an_unknown_method_is_never_exact() -> None:
+    spec, config = q.exl2(ARCH)
+    result = count_parameters(infos(spec), config)
+    assert not result.exact
+    assert result.total < q.float_count(ARCH)  # counted as stored: what it is, not exact
+    assert any(
+        "unknown quantization method 'exl2'" in p and "not exact" in p for p in result.problems
+    )
+    # Even when every tensor is in a layout we know, the method may mean something else.
+    spec, config = q.gptq(ARCH)
+    config["quantization_config"]["quant_method"] = "fancy-new-thing"
+    result = count_parameters(infos(spec), config)
+    assert result.total == q.float_count(ARCH)
+    assert not result.exact
+
+
+def test_packed_integers_counted_as_stored_in_a_quantized_model_are_not_exact() -> None:
+    spec, config = q.gptq(ARCH)
+    # One module stores a U8 weight (two 4-bit values per byte) beside nothing we know.
+    out, inp = q.float_model(ARCH)["lm_head.weight"]
+    spec["lm_head.weight"] = ("U8", (out, inp // 2))
+    result = count_parameters(infos(spec), config)
+    assert not result.exact
+    assert not result.tensors["lm_head.weight"].exact
+    assert any("lm_head.weight" in p and "as stored" in p for p in result.problems)
+    # A model that says nothing of quantization keeps its integer tensors as they are.
+    plain = q.float_spec(ARCH)
+    plain["model.layers.0.mlp.router_ids.weight"] = ("I32", (4, 4))
+    assert count_parameters(infos(plain), ARCH.config()).exact
+
+
+@pytest.mark.parametrize("class_group_first", [True, False])
+def test_compressed_tensors_names_win_over_classes(class_group_first: bool) -> None:
+    spec, config = q.compressed_two_widths(ARCH, class_group_first=class_group_first)
+    shapes = {n: tuple(int(x) for x in v) for n, v in q.weight_shape_values(ARCH).items()}
+    result = check_exact(spec, config, q.float_count(ARCH), logical_shapes=shapes)
+    down = "model.layers.0.mlp.down_proj.weight_packed"
+    assert result.tensors[down].packing == "pack-quantized 8-bit, 4 per I32"
+    header_only = count_parameters(infos(spec), config)
+    assert header_only.total == q.float_count(ARCH)  # every row here fills its int32s
+
+
+def test_a_stored_weight_shape_wins_over_the_config() -> None:
+    spec, config = q.compressed_two_widths(ARCH)
+    config["quantization_config"]["config_groups"]["group_1"]["targets"] = ["re:.*nothing$"]
+    shapes = {n: tuple(int(x) for x in v) for n, v in q.weight_shape_values(ARCH).items()}
+    result = count_parameters(infos(spec), config, logical_shapes=shapes)
+    assert result.total == q.float_count(ARCH)
+    assert result.exact
+    assert len(result.problems) == 1
+    assert "down_proj.weight_packed" in result.problems[0]
+    assert "counted as the tensors say" in result.problems[0]

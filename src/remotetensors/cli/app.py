@@ -1,4 +1,4 @@
-"""The command line: ``remotetensors params|memory|info|tree|ls|get|demo``.
+"""The command line: ``remotetensors params|memory|info|tree|ls|get|demo|cache|verify``.
 
 Also ``python -m remotetensors``. Every failure is one line on stderr, ``remotetensors: error:
 ...``, and exit status 1 (2 for a malformed command line, as argparse does); Ctrl-C exits with
@@ -6,8 +6,9 @@ Also ``python -m remotetensors``. Every failure is one line on stderr, ``remotet
 moves for a second or two. ``--json`` prints data as JSON.
 
 Adding a command: a module of its own in this package, named as the command, with ``HELP``
-(one line), ``add_arguments(sub)`` (``options.add_location_options(sub)`` when it reads a
-location) and ``run(args)``, which returns the exit status; then list it in :data:`COMMANDS`.
+(one line), ``EXAMPLE`` (one command line, listed by ``--help``), ``add_arguments(sub)``
+(``options.add_location_options(sub)`` when it reads a location) and ``run(args)``, which
+returns the exit status; then list it in :data:`COMMANDS`.
 :func:`.options.opened` opens the location with every shared option applied and the status line
 running; :func:`.table.print_table` prints a table that fits the terminal.
 """
@@ -17,15 +18,17 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import shutil
 import sys
+import textwrap
 import warnings
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TextIO
 
 from .. import __version__
 from ..errors import RemoteTensorsError
 from ..redact import redact_text
-from . import demo, get, info, ls, memory, params, tree
+from . import cache, demo, get, info, ls, memory, params, tree, verify
 from .options import opened, parse_slice
 
 if TYPE_CHECKING:
@@ -84,13 +87,22 @@ def _one_line_warnings() -> Iterator[None]:
 
     def show(message: Warning | str, category: type[Warning], *args: Any, **kwargs: Any) -> None:
         one_line = " ".join(redact_text(str(message)).split())
-        print(f"remotetensors: warning: {one_line}", file=sys.stderr)
+        print(_fit_terminal(f"remotetensors: warning: {one_line}", sys.stderr), file=sys.stderr)
 
     warnings.showwarning = show
     try:
         yield
     finally:
         warnings.showwarning = shown
+
+
+def _fit_terminal(line: str, stream: TextIO) -> str:
+    """``line`` wrapped to the terminal's width when ``stream`` is a terminal (a cut word
+    would be lost off the right edge), else as it is: logs and pipes get one line each."""
+    if not stream.isatty():
+        return line
+    width = shutil.get_terminal_size().columns
+    return textwrap.fill(line, width, subsequent_indent="  ", break_on_hyphens=False)
 
 
 def _error(message: str) -> None:
@@ -123,13 +135,16 @@ def _join_dash_values(argv: list[str]) -> list[str]:
 
 
 # The commands in the order ``--help`` lists them.
-COMMANDS: tuple[Command, ...] = (params, memory, info, tree, ls, get, demo)
+COMMANDS: tuple[Command, ...] = (params, memory, info, tree, ls, get, demo, cache, verify)
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="remotetensors",
         description="Read safetensors, bintensors and GGUF files where they live.",
+        epilog=_examples(),
+        # The examples are one per line, as typed: argparse would rewrap them into one paragraph.
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"remotetensors {__version__}")
     commands = parser.add_subparsers(required=True, metavar="COMMAND")
@@ -141,6 +156,13 @@ def _parser() -> argparse.ArgumentParser:
         # replace it); the demo also gets ``main``, to run the commands it shows.
         sub.set_defaults(command=module)
     return parser
+
+
+def _examples() -> str:
+    """``--help``'s closing list: each command's one-line ``EXAMPLE``, in :data:`COMMANDS`'
+    order."""
+    lines = [f"  {module.EXAMPLE}" for module in COMMANDS]
+    return "examples (one per command):\n" + "\n".join(lines)
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -10,6 +10,8 @@ from ..views.display import human_bytes
 from .options import add_location_options, opened, parse_slice, resolve_negative
 
 HELP = "Fetch one tensor (or a slice) into a .npy or .safetensors file."
+# One line for --help's list of examples.
+EXAMPLE = "remotetensors get hf://openai-community/gpt2 wte.weight --slice 0:10 -o rows.npy"
 
 
 def add_arguments(sub: argparse.ArgumentParser) -> None:

@@ -11,6 +11,8 @@ from .options import add_location_options, opened
 from .table import print_table
 
 HELP = "List tensors: name, dtype, shape, size, file."
+# One line for --help's list of examples.
+EXAMPLE = "remotetensors ls hf://openai-community/gpt2 --filter 'h.0.*'"
 
 
 def add_arguments(sub: argparse.ArgumentParser) -> None:

@@ -9,6 +9,8 @@ import json
 from .options import UsageError, add_location_options, opened
 
 HELP = "Memory to serve: weights as stored plus the KV cache."
+# One line for --help's list of examples.
+EXAMPLE = "remotetensors memory hf://Qwen/Qwen3-8B --context 32768 --batch 4"
 
 
 def add_arguments(sub: argparse.ArgumentParser) -> None:

@@ -14,6 +14,7 @@ import json
 import os
 import re
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from ..errors import RemoteTensorsError
@@ -71,6 +72,11 @@ def add_location_options(
     )
     sub.add_argument("--file", help="a file in the folder or repo (e.g. one of several GGUF files)")
     sub.add_argument(
+        "--variant",
+        help="a diffusers pipeline's weights variant, e.g. fp16: each component's "
+        "diffusion_pytorch_model.fp16.safetensors (components without it read their plain files)",
+    )
+    sub.add_argument(
         "--timeout",
         type=float,
         default=DEFAULT_TIMEOUT_SECONDS,
@@ -97,6 +103,11 @@ def add_location_options(
         help="HTTPS: a PEM file of CA certificates to verify servers with (default: "
         "SSL_CERT_FILE, REQUESTS_CA_BUNDLE, else certifi's bundle)",
     )
+    sub.add_argument(
+        "--no-cache",
+        action="store_true",
+        help="read everything over the network and keep nothing in the persistent cache",
+    )
     if json_flag:
         sub.add_argument("--json", action="store_true", help="print JSON")
 
@@ -117,7 +128,9 @@ def open_options(args: argparse.Namespace) -> dict[str, Any]:
         raise UsageError(f"--ca-bundle names no file or folder: {args.ca_bundle!r}")
     from ..sources.http.client import HttpOptions  # here: httpx is not needed for --help
 
-    read = ReadOptions(max_concurrency=args.concurrency) if args.concurrency else ReadOptions()
+    read = ReadOptions(cache=not args.no_cache)
+    if args.concurrency:
+        read = replace(read, max_concurrency=args.concurrency)
     http = HttpOptions(
         connect_timeout_seconds=min(args.timeout, HttpOptions().connect_timeout_seconds),
         read_timeout_seconds=args.timeout,
@@ -134,6 +147,7 @@ def open_options(args: argparse.Namespace) -> dict[str, Any]:
         "storage_options": _storage_options(args.option) or None,
         "options": read,
         "http_options": http,
+        "variant": args.variant,
     }
 
 

@@ -11,6 +11,8 @@ from .options import add_location_options, open_options, opened
 from .table import print_table
 
 HELP = "Count parameters: the true total, then by dtype as stored."
+# One line for --help's list of examples.
+EXAMPLE = "remotetensors params hf://Qwen/Qwen3-30B-A3B"
 
 
 def add_arguments(sub: argparse.ArgumentParser) -> None:
@@ -19,6 +21,7 @@ def add_arguments(sub: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..views.pipelines import components_table
     from ..views.reports import params_report, params_text
 
     if scan.is_scan(args):
@@ -31,5 +34,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     lines, headers, rows = params_text(report)
     print("\n".join(lines))
+    if "components" in report:
+        print_table(*components_table(report), right=("parameters", "human", "size"))
     print_table(headers, rows, right=("parameters", "human", "bits/weight"))
     return 0

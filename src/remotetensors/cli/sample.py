@@ -1,4 +1,5 @@
-"""An offline demo: a small sharded checkpoint served on a loopback port, counted byte by byte.
+"""An offline demo: a small sharded checkpoint and a small mixture of experts served on a
+loopback port, counted byte by byte.
 
 The server is Python's ``http.server`` with single-range support added, in a daemon thread; it
 counts requests and body bytes so the demo can show what crossed the network.
@@ -7,12 +8,12 @@ counts requests and body bytes so the demo can show what crossed the network.
 from __future__ import annotations
 
 import json
-import os
 import re
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 import numpy as np
 
@@ -63,6 +64,46 @@ def write_sample_checkpoint(folder: Path, *, layers: int = 6, hidden: int = 256)
     (folder / "model.safetensors.index.json").write_text(json.dumps(index, indent=1))
 
 
+def write_moe_checkpoint(folder: Path, *, layers: int = 2, hidden: int = 128) -> None:
+    """A small Mixtral-shaped mixture of experts (8 routed experts, 2 used per token) with its
+    ``config.json``, in ``folder`` (made if missing; about 4 MB)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    experts, inter, vocab = 8, 2 * hidden, 1024
+    tensors: dict[str, np.ndarray[Any, Any]] = {
+        "model.embed_tokens.weight": np.zeros((vocab, hidden), np.float16)
+    }
+    for i in range(layers):
+        prefix = f"model.layers.{i}"
+        for proj in ("q_proj", "k_proj", "v_proj", "o_proj"):
+            tensors[f"{prefix}.self_attn.{proj}.weight"] = np.zeros((hidden, hidden), np.float16)
+        moe = f"{prefix}.block_sparse_moe"
+        tensors[f"{moe}.gate.weight"] = np.zeros((experts, hidden), np.float16)
+        for e in range(experts):
+            for w, shape in (
+                ("w1", (inter, hidden)),
+                ("w2", (hidden, inter)),
+                ("w3", (inter, hidden)),
+            ):
+                tensors[f"{moe}.experts.{e}.{w}.weight"] = np.zeros(shape, np.float16)
+        tensors[f"{prefix}.input_layernorm.weight"] = np.ones(hidden, np.float32)
+    tensors["model.norm.weight"] = np.ones(hidden, np.float32)
+    tensors["lm_head.weight"] = np.zeros((vocab, hidden), np.float16)
+    write_safetensors(folder / "model.safetensors", tensors)
+    config = {
+        "architectures": ["MixtralForCausalLM"],
+        "model_type": "mixtral",
+        "hidden_size": hidden,
+        "intermediate_size": inter,
+        "num_hidden_layers": layers,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 4,
+        "num_local_experts": experts,
+        "num_experts_per_tok": 2,
+        "vocab_size": vocab,
+    }
+    (folder / "config.json").write_text(json.dumps(config, indent=1))
+
+
 class CountingServer:
     """Serves a folder over HTTP with byte ranges on 127.0.0.1, counting requests and bytes."""
 
@@ -79,12 +120,20 @@ class CountingServer:
             def do_GET(self) -> None:
                 with lock:
                     server.requests += 1
-                path = folder / os.path.basename(self.path.split("?", 1)[0])
-                if not path.is_file():
+                # Files in subfolders too (the demo serves several models); nothing outside.
+                asked = unquote(self.path.split("?", 1)[0]).lstrip("/")
+                path = (folder / asked).resolve()
+                if not path.is_relative_to(folder.resolve()) or not path.is_file():
                     self.send_error(404)
                     return
                 data = path.read_bytes()
-                match = re.fullmatch(r"bytes=(\d+)-(\d*)", self.headers.get("Range", ""))
+                asked_range = self.headers.get("Range", "")
+                suffix = re.fullmatch(
+                    r"bytes=-(\d+)", asked_range
+                )  # the last N bytes (a zip's end)
+                if suffix is not None:
+                    asked_range = f"bytes={max(0, len(data) - int(suffix.group(1)))}-"
+                match = re.fullmatch(r"bytes=(\d+)-(\d*)", asked_range)
                 if match is None:
                     body, status, extra = data, 200, {}
                 else:

@@ -8,6 +8,8 @@ import argparse
 from .options import add_location_options, opened
 
 HELP = "Show modules as a tree, repeated blocks folded."
+# One line for --help's list of examples.
+EXAMPLE = "remotetensors tree hf://openai-community/gpt2"
 
 
 def add_arguments(sub: argparse.ArgumentParser) -> None:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigWarning, NotFoundError, RemoteFileChangedError, RemoteTensorsError
+from ..sources.cache.source import read_metadata
 
 if TYPE_CHECKING:
     from ..sources.resolve import Place
@@ -65,7 +66,9 @@ def parse_config(data: bytes, *, location: str) -> tuple[dict[str, Any] | None, 
 
 
 async def read_small_file(place: Place, name: str, *, window_bytes: int) -> bytes:
-    """The whole of a small file: one request when it fits ``window_bytes``, else one more.
+    """The whole of a small file: one request when it fits ``window_bytes``, else one more;
+    none when a persistent cache holds it (it is kept there, see
+    :func:`~..sources.cache.source.read_metadata`).
 
     Raises:
         NotFoundError, PermissionDeniedError, TransportError, BadResponseError (from the source).
@@ -80,8 +83,8 @@ async def read_small_file(place: Place, name: str, *, window_bytes: int) -> byte
                 f"{place.location(name)}: {prefix.size} bytes; expected at most "
                 f"{MAX_CONFIG_BYTES} for a config"
             )
-        if prefix.size > len(data):
-            data += await source.read(len(data), prefix.size)
+        # A small file is metadata whole: kept by a persistent cache.
+        data = await read_metadata(source, 0, prefix.size, held=data)
     finally:
         await source.aclose()
     return data

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..errors import AmbiguousModelError, HeaderError, HeaderErrorKind, NotFoundError
+from ..errors import AmbiguousModelError, HeaderError, HeaderErrorKind
 from ..formats.gguf_files import gguf_models
 from ..index import ROW_FILE, ModelIndex, Row, TensorTable, placed
 
@@ -42,8 +42,9 @@ def join_parts(files: dict[str, AsyncTensorFile]) -> ModelIndex:
     )
 
 
-async def find_gguf(location: str, place: Place) -> list[str] | None:
-    """The GGUF files to open at a folder or repo without a safetensors model.
+def find_gguf(location: str, place: Place, names: list[str] | None) -> list[str] | None:
+    """The GGUF files to open at a folder or repo without a safetensors model, from its
+    listing ``names`` (None: the place cannot be listed). No IO.
 
     Returns:
         The files of the one GGUF model there (a file, or every part of a split set), or None
@@ -52,10 +53,6 @@ async def find_gguf(location: str, place: Place) -> list[str] | None:
     Raises:
         AmbiguousModelError: several GGUF models; the message names them all.
     """
-    try:
-        names = await place.list_files()
-    except NotFoundError:
-        return None  # the caller's "no model here" says more
     if not names:
         return None
     models = gguf_models(names)

@@ -8,6 +8,7 @@ the stack to the :class:`AsyncModel` it builds, which closes it in ``aclose``.
 
 from __future__ import annotations
 
+import asyncio
 import fnmatch
 import functools
 import os
@@ -23,8 +24,9 @@ from ..errors import (
     did_you_mean,
     warn_at_caller,
 )
+from ..formats.gguf_files import quantization as gguf_file_type
 from ..index import FileIndex, ModelIndex, TensorInfo
-from ..options import DEFAULT_CHUNK_BYTES, ReadOptions
+from ..options import DEFAULT_CHUNK_BYTES, DEFAULT_ZARR_CHUNK_BYTES, ReadOptions
 from ..quantization import (
     LogicalTensor,
     ParameterCount,
@@ -33,6 +35,7 @@ from ..quantization import (
     declared_total,
     stored_shape_tensors,
 )
+from ..quantization.gguf import config_from_gguf
 from ..quantization.memory import MemoryEstimate, estimate_memory
 from ..reading.budget import StreamBudget
 from ..reading.fetch import gather_or_cancel
@@ -46,12 +49,15 @@ from .discovery import close_files, discover
 from .opening import Opening
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping
+    from collections.abc import Iterable, Mapping, Sequence
 
     import dask.array as da
+    import zarr.abc.store
 
-    from ..reading.file import AsyncTensorFile
+    from ..formats.model_index import PipelineManifest
+    from ..reading.file import AsyncTensorFile, TensorPiece
     from ..sources.http.client import Client
+    from .adapter import Adapter
 
 
 class AsyncModel:
@@ -69,6 +75,7 @@ class AsyncModel:
         configs: ConfigFiles | None = None,
         traffic: dict[str, Traffic] | None = None,
         resources: AsyncExitStack | None = None,
+        adapter: Adapter | None = None,
     ) -> None:
         """
         Args:
@@ -81,13 +88,27 @@ class AsyncModel:
                 also holds what discovery cost (probes that found nothing, the index, configs).
             resources: what ``aclose`` releases: the files and the client, as
                 :func:`load_model` opened them; by default the files.
+            adapter: what ``adapter_config.json`` says, when the weights are a PEFT
+                adapter's.
         """
         self.location = redact_url(location)  # named in messages and views: no secrets
         self._files = dict(files)
+        try:  # the loop the files' connections belong to (a Zarr store reads on it)
+            self._loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            self._loop = None
         self.index = index
         self._closed = False
         self.configs = configs or ConfigFiles()
         """``config.json`` and ``quantization_config.json`` as found beside the weights."""
+        self.adapter = adapter
+        """The PEFT adapter these weights are (kind, rank, alpha, targets, base model), or
+        ``None``."""
+        self.components: Mapping[str, AsyncModel] = {}
+        """A diffusers pipeline's weighted components, by name (see
+        :class:`~remotetensors.models.pipeline.AsyncPipeline`); empty for any other model."""
+        self.pipeline: PipelineManifest | None = None
+        """A diffusers pipeline's ``model_index.json``; ``None`` for any other model."""
         self._true_count: ParameterCount | None = None
         self._logical_shapes: dict[str, tuple[int, ...]] = {}
         self._shape_problems: tuple[str, ...] = ()
@@ -154,18 +175,39 @@ class AsyncModel:
                 return metadata
         return self.index.metadata
 
+    @functools.cached_property
+    def _gguf_config(self) -> dict[str, Any] | None:
+        """A GGUF model's metadata read as a config (what counts and memory read instead of a
+        ``config.json``, which describes some other file if one is there); None otherwise."""
+        files = self.index.files
+        if not files or any(f.format != "gguf" for f in files.values()):
+            return None
+        metadata = self.index.metadata or {}
+        return config_from_gguf(metadata, file_type=gguf_file_type(metadata, self.tensors))
+
+    def _counting_config(self) -> tuple[dict[str, Any] | None, str]:
+        """(the config the count and the memory estimate read, where it was read)."""
+        gguf = self._gguf_config
+        if gguf is not None:
+            return gguf, next(iter(self.index.files))  # the file whose metadata it is
+        return self.configs.config, self.configs.config_location
+
     @property
     def true_count(self) -> ParameterCount:
-        """The true count: each tensor's role and logical size (see :mod:`..quantization`)."""
+        """The true count: each tensor's role and logical size, and the mixture of experts'
+        active parameters (see :mod:`..quantization`)."""
         if self._true_count is None:
             configs = self.configs
+            config, location = self._counting_config()
             count = count_parameters(
                 self.index.tensors,
-                configs.config,
-                quantization_config=configs.quantization_config,
+                config,
+                quantization_config=configs.quantization_config
+                if config is configs.config
+                else None,
                 metadata=self._declaring_metadata(),
                 logical_shapes=self._logical_shapes,
-                config_location=configs.config_location,
+                config_location=location,
                 quantization_config_location=configs.quantization_config_location,
             )
             problems = (*configs.problems, *self._shape_problems, *count.problems)
@@ -210,6 +252,14 @@ class AsyncModel:
         """Tensor names, sorted."""
         return self.index.keys()
 
+    def file(self, name: str) -> AsyncTensorFile:
+        """The open file ``name`` (one of :attr:`files`).
+
+        Raises:
+            KeyError: the model has no such file.
+        """
+        return self._files[name]
+
     @property
     def config(self) -> dict[str, Any] | None:
         """``config.json`` beside the weights, parsed; ``None`` when absent or unusable."""
@@ -244,6 +294,15 @@ class AsyncModel:
         return self.true_count.total
 
     @property
+    def num_active_parameters(self) -> int | None:
+        """Parameters used per token: :attr:`num_parameters` for a dense model; for a mixture
+        of experts, minus the routed experts a token does not use (convention:
+        :data:`remotetensors.quantization.moe.ACTIVE_CONVENTION`). ``None`` when the config
+        does not say how many experts a token uses; not exact when
+        ``true_count.active_exact`` is False."""
+        return self.true_count.active
+
+    @property
     def stored_parameters(self) -> int:
         """Elements as stored, over all tensors (the sum of :meth:`parameter_count`)."""
         return self.index.num_parameters
@@ -264,7 +323,12 @@ class AsyncModel:
             ValueError: a bad context, batch or dtype name.
         """
         return estimate_memory(
-            self.config, self.nbytes, context=context, batch=batch, kv_dtype=kv_dtype
+            self._counting_config()[0],
+            self.nbytes,
+            context=context,
+            batch=batch,
+            kv_dtype=kv_dtype,
+            experts=self.true_count.moe,
         )
 
     @property
@@ -332,6 +396,47 @@ class AsyncModel:
         await gather_or_cancel([load(f, n) for f, n in by_file.items()])
         return {name: results[name] for name in wanted}
 
+    async def read_into(self, pieces: Sequence[TensorPiece]) -> None:
+        """Fill caller-given buffers with stored bytes of tensors (see
+        :meth:`AsyncTensorFile.read_into`), each shard's pieces in one plan, the shards
+        concurrently, under the model's one budget of requests in flight.
+
+        Raises:
+            TensorNotFoundError: a piece names a tensor the model does not hold.
+            ValueError: a piece reaches beyond its tensor's bytes.
+            whatever the sources raise; on error, the remaining reads are cancelled.
+        """
+        self.select([piece.name for piece in pieces])
+        by_file: dict[str, list[TensorPiece]] = {}
+        for piece in pieces:
+            file = self.tensors[piece.name].file
+            assert file is not None
+            by_file.setdefault(file, []).append(piece)
+        await gather_or_cancel([self._files[f].read_into(p) for f, p in by_file.items()])
+
+    @property
+    def reads_now(self) -> bool:
+        """Whether every file reads without an event loop (local files), so that
+        :meth:`read_into_now` reads."""
+        return bool(self._files) and all(f.reads_now for f in self._files.values())
+
+    def read_into_now(self, pieces: Sequence[TensorPiece]) -> bool:
+        """:meth:`read_into` in the calling thread when every file reads without an event loop
+        (see :attr:`reads_now` and :meth:`AsyncTensorFile.read_into_now`); else False, having
+        read nothing. Safe to call from several threads at once.
+
+        Raises:
+            TensorNotFoundError, ValueError: as :meth:`read_into`.
+        """
+        if not self.reads_now:
+            return False
+        self.select([piece.name for piece in pieces])
+        for piece in pieces:
+            file = self.tensors[piece.name].file
+            assert file is not None
+            self._files[file].read_into_now([piece])
+        return True
+
     def get_slice(self, name: str) -> Any:
         """A lazy view of a tensor: ``await model.get_slice(name)[rows]``."""
         self.select([name])
@@ -368,6 +473,48 @@ class AsyncModel:
             return arrays[names]
         return arrays
 
+    def as_zarr_store(
+        self,
+        *,
+        chunk_bytes: int = DEFAULT_ZARR_CHUNK_BYTES,
+        coalesce_window_seconds: float | None = None,
+    ) -> zarr.abc.store.Store:
+        """The model as a read-only Zarr v3 store, one array per tensor, chunks of whole rows of
+        about ``chunk_bytes``, read through this model's files on the loop it was opened on
+        (see :mod:`remotetensors.integrations.zarr.store`); nothing is read here.
+
+        Use zarr's async API on that loop, or its sync API from another thread (not from the
+        loop's own thread: the reads need it).
+
+        Warns:
+            LeftOutWarning: per tensor Zarr cannot express (named, with the reason).
+
+        Raises:
+            MissingDependencyError: zarr is not installed (``pip install "remotetensors[zarr]"``).
+        """
+        store: zarr.abc.store.Store = hooks.call(
+            "model_zarr_store",
+            self,
+            loop=self._loop,
+            chunk_bytes=chunk_bytes,
+            coalesce_window_seconds=coalesce_window_seconds,
+        )
+        return store
+
+    def to_kerchunk(self, *, chunk_bytes: int = DEFAULT_ZARR_CHUNK_BYTES) -> dict[str, Any]:
+        """Kerchunk references (version 1) of the model's tensors, hub files at the commit read
+        (see :mod:`remotetensors.integrations.zarr.kerchunk`); nothing is read here.
+
+        Warns:
+            LeftOutWarning: per tensor Zarr cannot express.
+
+        Raises:
+            ShardNotOpenedError: a shard known only from the hub's metadata endpoint is not
+                open yet (``await open_shards(keys())`` first; the sync ``Model`` does it).
+        """
+        refs: dict[str, Any] = hooks.call("model_kerchunk", self, chunk_bytes=chunk_bytes)
+        return refs
+
     async def aclose(self) -> None:
         """Release every file's connections; later reads raise FileClosedError."""
         self._closed = True
@@ -402,6 +549,7 @@ async def load_model(
     http_options: HttpOptions | None = None,
     framework: str = "numpy",
     client: Client | None = None,
+    variant: str | None = None,
 ) -> AsyncModel:
     """Open a model: a file, or a folder, prefix or repo holding one file or shards.
 
@@ -409,7 +557,10 @@ async def load_model(
         location: ``hf://org/name[@rev][/path]``, ``s3://bucket/prefix/`` (any fsspec URL),
             ``https://host/dir/``, a local folder, or a file in any of them (a ``.safetensors``,
             ``.bt`` or ``.gguf`` file, a part of a split GGUF, or an ``*.index.json``). A folder
-            or repo without a safetensors model opens its GGUF model if it holds exactly one.
+            or repo without a safetensors model opens the diffusers pipeline it holds
+            (``model_index.json``: an :class:`~remotetensors.models.pipeline.AsyncPipeline`),
+            its PEFT adapter (``adapter_config.json``), or its GGUF model if it holds exactly
+            one.
         revision: the hub revision (overrides ``@rev``).
         token: the hub token (see :func:`remotetensors.sources.hub.repo.resolve_token`).
         storage_options: passed to fsspec untouched.
@@ -419,6 +570,9 @@ async def load_model(
         client: a client to share with other models (a scan does; see
             :mod:`remotetensors.sources.http.client`); the caller closes it. By default the
             model creates its own and closes it in ``aclose``.
+        variant: a pipeline's weights variant (``"fp16"``: each component's
+            ``diffusion_pytorch_model.fp16.safetensors``); components without it read their
+            plain files, as diffusers does.
 
     Raises:
         NotFoundError: neither ``model.safetensors`` nor its index exists at a folder, nor a
@@ -444,17 +598,33 @@ async def load_model(
             http_options=http_options,
             client=client,
             storage_options=storage_options,
+            cache=options.cache,
         )
         found = await discover(text, place, name, stack, options=options, framework=framework)
-        model = AsyncModel(
-            text,
-            found.files,
-            found.index,
-            configs=found.configs,
-            traffic=place.traffic,
-            resources=stack,
-        )
-        await model._read_logical_shapes()
+        if found.pipeline is not None:
+            # models/pipeline.py builds on this module, so it is reached through a hook (see
+            # hooks.py): a pipeline is a model of its components' models.
+            model: AsyncModel = await hooks.call(
+                "open_pipeline",
+                text,
+                place,
+                found,
+                stack,
+                options=options,
+                framework=framework,
+                variant=variant,
+            )
+        else:
+            model = AsyncModel(
+                text,
+                found.files,
+                found.index,
+                configs=found.configs,
+                traffic=place.traffic,
+                resources=stack,
+                adapter=found.adapter,
+            )
+            await model._read_logical_shapes()
     except BaseException:
         await stack.aclose()
         raise

@@ -7,7 +7,10 @@ closes it. Guarantees:
 - one bad location never stops the scan: its result carries the error instead of a summary;
 - at most ``concurrency`` models are open at once and locations are taken from the iterable only
   as slots free up, so memory does not grow with the number of locations (nothing is kept for a
-  finished location beyond the result handed out);
+  finished location beyond the result handed out); from a sequence (a list, which the caller
+  holds whole already), up to ``concurrency`` more are taken ahead, so that the commits of hub
+  repos the persistent cache knows are asked for while the models before them open (each is
+  asked once: the scan is one visit of each repo, see :func:`..sources.hub.repo.shared_revisions`);
 - the models of the scan share a few HTTP clients (pools of :data:`POOL_CONNECTIONS`) and the
   per-host rate limiters of the process (:mod:`remotetensors.sources.ratelimit`); each result
   says how long its requests waited for them.
@@ -24,14 +27,24 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Iterable, Iterator
+from collections import deque
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterable,
+    AsyncIterator,
+    Iterable,
+    Iterator,
+    Sequence,
+)
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from ..options import DEFAULT_SCAN_CONCURRENCY, ReadOptions
 from ..redact import redact_text, redact_url, url_secrets
 from ..sources.http.client import HttpOptions
+from ..sources.hub.repo import shared_revisions
 from ..sources.ratelimit import WaitTally, tally_waits
+from ..sources.resolve import HubPlace, split_location
 from .model import load_model, warn_problems
 from .sync import run_sync
 
@@ -52,6 +65,8 @@ class ModelSummary:
         by_dtype: elements as stored per dtype name (the hub's per-dtype counts).
         nbytes: bytes of tensor data.
         files: number of weight files.
+        active_parameters: parameters used per token (the total for a dense model; see
+            :attr:`remotetensors.AsyncModel.num_active_parameters`), None when unknown.
     """
 
     parameters: int
@@ -61,13 +76,15 @@ class ModelSummary:
     by_dtype: dict[str, int]
     nbytes: int
     files: int
+    active_parameters: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        """JSON-ready keys: parameters, exact, quantization, stored_parameters, by_dtype,
-        bytes, files."""
+        """JSON-ready keys: parameters, exact, active_parameters, quantization,
+        stored_parameters, by_dtype, bytes, files."""
         return {
             "parameters": self.parameters,
             "exact": self.exact,
+            "active_parameters": self.active_parameters,
             "quantization": self.quantization,
             "stored_parameters": self.stored_parameters,
             "by_dtype": dict(self.by_dtype),
@@ -133,6 +150,7 @@ async def summarise(location: str, **open_model_kwargs: Any) -> ModelSummary:
             by_dtype=stored,
             nbytes=model.nbytes,
             files=len(model.files),
+            active_parameters=count.active,
         )
     finally:
         await model.aclose()
@@ -220,20 +238,32 @@ async def scan_async(
     taking = asyncio.Lock()  # one worker at a time asks the iterable
     exhausted = False
     results: asyncio.Queue[object] = asyncio.Queue(concurrency)
+    # Taken ahead of the workers (a sequence only): their hub revisions asked for meanwhile.
+    lookahead = concurrency if isinstance(locations, Sequence) and options.cache else 0
+    ahead: deque[str] = deque()
+    asking: set[asyncio.Future[None]] = set()
+
+    async def pull() -> str | None:
+        nonlocal exhausted
+        if exhausted:
+            return None
+        try:
+            return await source.__anext__()
+        except StopAsyncIteration:
+            exhausted = True
+        except Exception as exc:  # the iterable's own failure ends the scan
+            exhausted = True
+            await results.put(_Failed(exc))
+        return None
 
     async def next_location() -> str | None:
-        nonlocal exhausted
         async with taking:
-            if exhausted:
-                return None
-            try:
-                return await source.__anext__()
-            except StopAsyncIteration:
-                exhausted = True
-            except Exception as exc:  # the iterable's own failure ends the scan
-                exhausted = True
-                await results.put(_Failed(exc))
-            return None
+            while len(ahead) <= lookahead and (location := await pull()) is not None:
+                ahead.append(location)
+                if lookahead:
+                    kwargs = {**open_model_kwargs, "client": clients[len(asking) % len(clients)]}
+                    asking.add(asyncio.ensure_future(_ask_ahead(location, options, kwargs)))
+            return ahead.popleft() if ahead else None
 
     async def work(client: Client) -> None:
         kwargs = {**open_model_kwargs, "options": options, "client": client}
@@ -247,13 +277,17 @@ async def scan_async(
 
     workers: list[asyncio.Task[None]] = []
     try:
-        # Workers take the clients in turn, as the locations did before them.
-        for i in range(concurrency):
-            workers.append(asyncio.create_task(work(clients[i % len(clients)])))
-            # Let it start before the next one does: each goes as far as its first request
-            # while the next starts, instead of every worker finishing one step before any
-            # takes the next (the first requests would all wait for the last connection).
-            await asyncio.sleep(0)
+        # The workers (and what they start) share one visit of each repo; they keep that
+        # setting once made, so it is left before anything is handed to the caller.
+        with shared_revisions():
+            # Workers take the clients in turn, as the locations did before them.
+            for i in range(concurrency):
+                workers.append(asyncio.create_task(work(clients[i % len(clients)])))
+                # Let it start before the next one does: each goes as far as its first
+                # request while the next starts, instead of every worker finishing one step
+                # before any takes the next (the first requests would all wait for the last
+                # connection).
+                await asyncio.sleep(0)
         running = len(workers)
         while running:
             item = await results.get()
@@ -265,11 +299,32 @@ async def scan_async(
                 assert isinstance(item, ScanResult)
                 yield item
     finally:
-        for task in workers:
+        for task in [*workers, *asking]:
             task.cancel()
-        await asyncio.gather(*workers, return_exceptions=True)
+        await asyncio.gather(*workers, *asking, return_exceptions=True)
         if owned:
             await asyncio.gather(*(c.aclose() for c in clients))
+
+
+async def _ask_ahead(location: str, options: ReadOptions, kwargs: dict[str, Any]) -> None:
+    """Ask for the commit of a hub location's revision ahead of its opening, when the cache
+    knows the repo (its model takes the answer: see
+    :func:`..sources.hub.repo.shared_revisions`); nothing for other locations. A failure is
+    the opening's to report, which meets it again."""
+    try:
+        place, _ = split_location(
+            location,
+            revision=kwargs.get("revision"),
+            token=kwargs.get("token"),
+            http_options=kwargs.get("http_options"),
+            client=kwargs.get("client"),
+            storage_options=kwargs.get("storage_options"),
+            cache=options.cache,
+        )
+        if isinstance(place, HubPlace):
+            await place.repo.settle()
+    except Exception:  # the opening meets it again, and reports it
+        pass
 
 
 POOL_CONNECTIONS = 16

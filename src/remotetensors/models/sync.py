@@ -16,7 +16,7 @@ import threading
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from .. import hooks
-from ..options import DEFAULT_CHUNK_BYTES, ReadOptions
+from ..options import DEFAULT_CHUNK_BYTES, DEFAULT_ZARR_CHUNK_BYTES, ReadOptions
 from ..reading.file import AsyncTensorFile
 from ..reading.frameworks import check_backend, check_device
 from ..reading.opening import open_tensor_file, open_tensor_file_now
@@ -30,13 +30,16 @@ if TYPE_CHECKING:
     import dask.array as da
     import numpy as np
     import numpy.typing as npt
+    import zarr.abc.store
 
+    from ..formats.model_index import PipelineManifest
     from ..index import FileIndex, ModelIndex, TensorInfo
     from ..quantization import LogicalTensor, ParameterCount, Quantization
     from ..quantization.memory import MemoryEstimate
     from ..reading.file import AsyncTensorSlice
     from ..sources.base import Traffic
     from ..sources.http.client import HttpOptions
+    from .adapter import Adapter
     from .configs import ConfigFiles
 
 T = TypeVar("T")
@@ -121,6 +124,7 @@ async def open_file_async(
         storage_options=storage_options,
         token=token,
         revision=revision,
+        cache=(options or ReadOptions()).cache,
     )
     return await open_tensor_file(source, options=options, framework=framework)
 
@@ -302,6 +306,7 @@ class Model:
 
     def __init__(self, model: AsyncModel) -> None:
         self._model = model
+        self._components: dict[str, Model] | None = None
 
     @property
     def location(self) -> str:
@@ -349,6 +354,27 @@ class Model:
         return self._model.quantization
 
     @property
+    def components(self) -> dict[str, Model]:
+        """A diffusers pipeline's weighted components (``unet``, ``vae``, ``text_encoder``,
+        …), each a model of its own files; empty for any other model. The pipeline's own
+        tensors are theirs, named ``component/tensor``, and its counts their sums."""
+        if self._components is None:
+            self._components = {n: Model(m) for n, m in self._model.components.items()}
+        return self._components
+
+    @property
+    def pipeline(self) -> PipelineManifest | None:
+        """A diffusers pipeline's ``model_index.json`` (its class, every component, those
+        without weights too); ``None`` for any other model."""
+        return self._model.pipeline
+
+    @property
+    def adapter(self) -> Adapter | None:
+        """The PEFT adapter these weights are (kind, rank, alpha, target modules, base
+        model), or ``None``; its own parameter count is :attr:`num_parameters`."""
+        return self._model.adapter
+
+    @property
     def true_count(self) -> ParameterCount:
         """The true count, exact or an upper bound, with each tensor's role and logical size."""
         return self._model.true_count
@@ -367,6 +393,12 @@ class Model:
     def num_parameters(self) -> int:
         """The true parameter count: what the unquantized model had."""
         return self._model.num_parameters
+
+    @property
+    def num_active_parameters(self) -> int | None:
+        """Parameters used per token (the total for a dense model); see
+        :attr:`remotetensors.AsyncModel.num_active_parameters`."""
+        return self._model.num_active_parameters
 
     @property
     def stored_parameters(self) -> int:
@@ -449,6 +481,39 @@ class Model:
         run_sync(self._model.open_shards(names))
         return self._model.to_dask(names, chunk_bytes=chunk_bytes)
 
+    def as_zarr_store(
+        self,
+        *,
+        chunk_bytes: int = DEFAULT_ZARR_CHUNK_BYTES,
+        coalesce_window_seconds: float | None = None,
+    ) -> zarr.abc.store.Store:
+        """The model as a read-only Zarr v3 store: ``zarr.open_group(m.as_zarr_store(),
+        mode="r")``, ``xarray.open_zarr(store, consolidated=False)``. One array per tensor,
+        named as the checkpoint names it, chunks of whole rows of about ``chunk_bytes``, each
+        read through this model (retries, version pin, coalescing); nothing is read here.
+        Chunk reads arriving within ``coalesce_window_seconds`` are planned together.
+
+        Warns:
+            LeftOutWarning: per tensor Zarr cannot express (named, with the reason).
+
+        Raises:
+            MissingDependencyError: zarr is not installed (``pip install "remotetensors[zarr]"``).
+        """
+        return self._model.as_zarr_store(
+            chunk_bytes=chunk_bytes, coalesce_window_seconds=coalesce_window_seconds
+        )
+
+    def to_kerchunk(self, *, chunk_bytes: int = DEFAULT_ZARR_CHUNK_BYTES) -> dict[str, Any]:
+        """Kerchunk references (version 1) of the model's tensors, for fsspec's reference
+        filesystem and zarr; hub files at the commit read. No tensor data is read (shards
+        known only from the hub's metadata endpoint read their 8-byte length).
+
+        Warns:
+            LeftOutWarning: per tensor Zarr cannot express.
+        """
+        run_sync(self._model.open_shards(self._model.keys()))
+        return self._model.to_kerchunk(chunk_bytes=chunk_bytes)
+
     def close(self) -> None:
         """Release connections."""
         run_sync(self._model.aclose())
@@ -478,8 +543,10 @@ def open_model(
     options: ReadOptions | None = None,
     http_options: HttpOptions | None = None,
     framework: str = "numpy",
+    variant: str | None = None,
 ) -> Model:
-    """Open a model (see :func:`remotetensors.models.model.load_model` for the arguments).
+    """Open a model (see :func:`remotetensors.models.model.load_model` for the arguments):
+    a diffusers pipeline's repo opens as one, with its :attr:`Model.components`.
 
     Warns:
         ConfigWarning: for each config that cannot be used as it is, from the caller's line.
@@ -493,6 +560,7 @@ def open_model(
             options=options,
             http_options=http_options,
             framework=framework,
+            variant=variant,
         )
     )
     warn_problems(model)  # here, in the caller's thread: the IO thread has no user frame

@@ -11,7 +11,8 @@ model had: each packed weight counted as the values it holds, bookkeeping left o
 :func:`count_parameters` gives every tensor its role and logical size. The layout is recognised
 from the tensors themselves (names, dtypes and the shapes of siblings), so a checkpoint whose
 config is missing is still counted right, and a config that contradicts the tensors is reported
-instead of believed. No IO here.
+instead of believed. For a mixture of experts, :mod:`.moe` finds the routed experts and the
+parameters active per token. No IO here.
 """
 
 from __future__ import annotations
@@ -24,15 +25,28 @@ from .config import (
     describe_quantization,
 )
 from .layouts import count_parameters, stored_shape_tensors
-from .values import AUXILIARY, WEIGHT, LogicalTensor, LogicalTensors, ParameterCount, Quantization
+from .values import (
+    ACTIVE_CONVENTION,
+    AUXILIARY,
+    WEIGHT,
+    ExpertLayer,
+    LogicalTensor,
+    LogicalTensors,
+    MixtureOfExperts,
+    ParameterCount,
+    Quantization,
+)
 
 __all__ = [
+    "ACTIVE_CONVENTION",
     "AUXILIARY",
     "KNOWN_METHODS",
     "WEIGHT",
     "CompressedGroup",
+    "ExpertLayer",
     "LogicalTensor",
     "LogicalTensors",
+    "MixtureOfExperts",
     "ParameterCount",
     "Quantization",
     "compressed_groups",

@@ -24,6 +24,8 @@ KNOWN_METHODS = frozenset(
         "fbgemm_fp8",
         "mxfp4",
         "mlx",
+        "modelopt",
+        "gguf",
     }
 )
 """Methods whose layouts are understood (``quant_method`` as configs write it, lowercase)."""
@@ -101,11 +103,11 @@ def describe_quantization(
     if method not in KNOWN_METHODS:
         problems.append(
             f"{source}: unknown quantization method {raw_method!r}; the count follows the "
-            "tensors' layout"
+            "tensors' layout and is not exact"
         )
     bits, group_size, fmt = _bits_group_format(method, block)
     skipped: list[str] = []
-    for key in ("modules_to_not_convert", "llm_int8_skip_modules", "ignore"):
+    for key in ("modules_to_not_convert", "llm_int8_skip_modules", "ignore", "exclude_modules"):
         value = block.get(key)
         if isinstance(value, list):
             skipped.extend(str(v) for v in value)
@@ -125,6 +127,20 @@ def describe_quantization(
         config=MappingProxyType(dict(block)),
     )
     return description, tuple(problems)
+
+
+def text_config(config: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The language model's part of a config: its ``text_config`` (or ``llm_config``) when it
+    has one, with the top level's dtype and quantization filled in."""
+    for key in ("text_config", "llm_config", "language_config"):
+        inner = config.get(key)
+        if isinstance(inner, Mapping) and inner:
+            merged = dict(inner)
+            for shared in ("torch_dtype", "dtype", "quantization_config"):
+                if shared in config and shared not in merged:
+                    merged[shared] = config[shared]
+            return merged
+    return config
 
 
 def _bits_group_format(
@@ -153,6 +169,13 @@ def _bits_group_format(
         bits, group = 8, None
     elif method == "mxfp4":
         bits, group = 4, 32
+    elif method == "gguf":  # llama.cpp's file type (Q4_K_M): mixed block types, no one width
+        fmt = str(block["format"]) if "format" in block else None
+    elif method == "modelopt":
+        algo = str(block.get("quant_algo", "")).lower()
+        fmt = algo or None
+        bits = {"nvfp4": 4, "mxfp4": 4, "fp8": 8}.get(algo, bits)
+        group = group or {"nvfp4": 16, "mxfp4": 32}.get(algo)
     if group is not None and group <= 0:
         group = None  # -1: one group per output channel
     return bits, group, fmt

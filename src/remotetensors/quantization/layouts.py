@@ -1,15 +1,20 @@
 """Each tensor's role and logical size, recognised from names, dtypes and siblings' shapes.
 
-The layouts of GPTQ, AWQ, bitsandbytes, compressed-tensors, FP8, MXFP4 and MLX, checked against
-what the config says; the entry point is :func:`count_parameters`. Pure.
+The layouts of GPTQ, AWQ (GEMM, GEMV and GEMV-fast), bitsandbytes, compressed-tensors, FP8,
+MXFP4, NVFP4 (ModelOpt) and MLX, checked against what the config says; the entry point is
+:func:`count_parameters`. Pure.
+
+A count is exact only when every tensor's layout is understood: a method we do not know, or an
+integer tensor holding weights in a layout we do not recognise in a model that says it is
+quantized, makes it ``exact=False`` with a problem saying why.
 """
 
 from __future__ import annotations
 
-import functools
 import math
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, cast
 
 from ..index import TensorTable
@@ -20,7 +25,20 @@ from .config import (
     describe_quantization,
     int_or_none,
 )
-from .patterns import SafePattern, UnsupportedPattern
+from .gguf import GGUF_METHOD
+from .moe import find_experts
+from .packing import (
+    INT_CONTAINERS,
+    holds,
+    is_awq_gemv_fast,
+    packing_words,
+    ratio,
+    some,
+    stored_shape_bits,
+    unpack,
+)
+from .plain import plain_count, plainly_stored
+from .targets import group_for
 from .values import AUXILIARY, WEIGHT, LogicalTensors, ParameterCount, Quantization, RawLogical
 
 if TYPE_CHECKING:
@@ -42,6 +60,7 @@ _AUX_LEAVES = frozenset(
         "weight_g_idx",
         "weight_shape",
         "weight_global_scale",
+        "weight_scale_2",
         "input_global_scale",
         "input_scale",
         "output_scale",
@@ -53,7 +72,11 @@ _AUX_LEAVES = frozenset(
     }
 )
 _FLOAT8 = frozenset({"F8_E4M3", "F8_E5M2", "F8_E4M3FNUZ", "F8_E5M2FNUZ"})
-_INT_CONTAINERS = {"I32": 32, "U32": 32, "I16": 16, "U16": 16}
+# Integer dtypes that hold several packed values per element in some method or other: a weight
+# stored in one of them and counted as stored is a guess in a model that says it is quantized.
+_PACKED_INTEGERS = frozenset({*INT_CONTAINERS, "U8"})
+# Microscaled fp4 beside its scales: two values per byte, one scale per ``group`` of them.
+_FP4_SCALES = {"F8_E4M3": ("nvfp4", 16), "F8_E8M0": ("mxfp4", 32), "U8": ("mxfp4", 32)}
 
 
 def _split(name: str) -> tuple[str, str]:
@@ -93,6 +116,7 @@ class _Counter:
         self.layouts: set[str] = set()
         self.unknown_width: list[str] = []  # packed weights counted at an assumed 4 bits
         self.bad_shapes: list[str] = []  # stored logical shapes their packed weight cannot hold
+        self.stored_packed: list[str] = []  # integer weights in no known layout, counted as stored
         # packed weights whose shapes contradict the configured width (an ordered set)
         self.width_mismatch: dict[str, None] = {}
         # Weights with a ``<weight>.quant_state.bitsandbytes__*`` beside them, found in one pass.
@@ -165,11 +189,8 @@ class _Counter:
         widths = {g.bits for g in groups}
         if len(widths) == 1:
             return widths.pop()
-        for group in groups:
-            for target in group.targets:
-                if _target_matches(target, module, self.problems, self.source):
-                    return group.bits
-        return None
+        group = group_for(groups, module, self.problems, self.source)
+        return group.bits if group is not None else None
 
     # -- layouts -------------------------------------------------------------------------------
 
@@ -178,7 +199,7 @@ class _Counter:
             if self.result[name] is not None:
                 continue
             prefix, leaf = _split(name)
-            if leaf == "qweight" and info.dtype in _INT_CONTAINERS:
+            if leaf == "qweight" and info.dtype in INT_CONTAINERS:
                 self.qweight(name, info, prefix)
             elif leaf == "weight_packed":
                 self.weight_packed(name, info, prefix)
@@ -188,6 +209,8 @@ class _Counter:
                 self.layouts.add("bitsandbytes")
                 count = info.num_elements * 2
                 self.weight(name, count, None, "bitsandbytes 4-bit, 2 per U8")
+            elif leaf == "weight" and info.dtype == "U8" and self.fp4_kind(info, prefix):
+                self.fp4_weight(name, info, prefix)
             elif (
                 leaf == "weight"
                 and info.dtype in ("U32", "I32")
@@ -218,7 +241,12 @@ class _Counter:
                     self.layouts.add("float8")
                 if info.dtype == "I8" and self.sibling(prefix, "SCB") is not None:
                     self.layouts.add("bitsandbytes-int8")
-                self.weight(name, info.num_elements, info.shape, None)
+                # An integer weight in a quantized model, in no layout understood, may hold
+                # several values per element: its stored count is then a guess.
+                guess = self.q is not None and info.dtype in _PACKED_INTEGERS and "weight" in leaf
+                if guess:
+                    self.stored_packed.append(name)
+                self.weight(name, info.num_elements, info.shape, None, exact=not guess)
 
     def quantized_weight(self, prefix: str) -> bool:
         """Whether module ``prefix`` holds a weight in a quantized dtype (a ``scale`` leaf beside
@@ -232,17 +260,49 @@ class _Counter:
             f"{name}.{leaf}" in self.tensors for leaf in ("absmax", "quant_map", "nested_absmax")
         )
 
+    def fp4_kind(self, info: TensorInfo, prefix: str) -> str | None:
+        """``"nvfp4"`` for ModelOpt's NVFP4, a ``weight`` U8 ``[out, in/2]`` (two fp4 values per
+        byte) beside a ``weight_scale`` of one F8_E4M3 per 16 values; ``"mxfp4"`` for the same
+        with one E8M0 exponent per 32; None for any other U8 weight."""
+        scale = self.sibling(prefix, "weight_scale")
+        if scale is None or scale.dtype not in _FP4_SCALES or not info.shape:
+            return None
+        kind, group = _FP4_SCALES[scale.dtype]
+        values = info.shape[-1] * 2
+        if values % group or scale.shape != (*info.shape[:-1], values // group):
+            return None
+        return kind
+
+    def fp4_weight(self, name: str, info: TensorInfo, prefix: str) -> None:
+        """A weight :meth:`fp4_kind` recognised: two values per byte, its scales bookkeeping."""
+        kind = self.fp4_kind(info, prefix)
+        self.layouts.add(str(kind))
+        shape = (*info.shape[:-1], info.shape[-1] * 2)
+        self.weight(name, info.num_elements * 2, shape, f"{kind}, 2 per U8")
+        self.aux(f"{prefix}.weight_scale", f"scales of {name}")
+
     def qweight(self, name: str, info: TensorInfo, prefix: str) -> None:
-        """GPTQ (packed along the input dim) and AWQ (along the output dim)."""
-        container = _INT_CONTAINERS[info.dtype]
+        """GPTQ (packed along the input dim) and AWQ (GEMM: along the output dim; GEMV: along
+        the input dim, rows by output; GEMV-fast: int16, four outputs interleaved)."""
+        container = INT_CONTAINERS[info.dtype]
         scales = self.sibling(prefix, "scales")
         qzeros = self.sibling(prefix, "qzeros")
         g_idx = self.sibling(prefix, "g_idx")
+        if is_awq_gemv_fast(info, scales, qzeros):
+            self.awq_gemv_fast(name, info, prefix, scales)
+            return
         configured = self.bits_for(name)
         inferred = None
-        if scales is not None and qzeros is not None and scales.shape and qzeros.shape:
-            # Both methods pack the zero points along the output dim, beside one scale each.
-            inferred = _ratio(container * qzeros.shape[-1], scales.shape[-1])
+        if (
+            scales is not None
+            and qzeros is not None
+            and scales.shape
+            and qzeros.shape
+            and qzeros.dtype in INT_CONTAINERS
+        ):
+            # Every integer layout packs the zero points as it packs the weights' groups, one
+            # zero point per scale: a scale row holds container/bits times a zero-point row.
+            inferred = ratio(container * qzeros.shape[-1], scales.shape[-1])
         bits = configured or inferred
         if configured is not None and inferred is not None and configured != inferred:
             self.width_mismatch[name] = None
@@ -261,8 +321,10 @@ class _Counter:
                 layout = "gptq"
             elif cols * container == out * bits:
                 layout = "awq"
-        self.layouts.add(layout or "gptq")
-        packing = _packing(layout or "packed", bits, container, info.dtype)
+            elif scales is not None and len(scales.shape) == 2 and scales.shape[0] == rows:
+                layout = "awq-gemv"  # one row of scales per output, as the weights' rows
+        self.layouts.add("awq" if layout == "awq-gemv" else layout or "gptq")
+        packing = packing_words(layout or "packed", bits, container, info.dtype)
         if layout == "gptq" and len(info.shape) == 2:
             # g_idx holds one group index per input: the input width, whatever the packing.
             inputs = g_idx.shape[0] if g_idx is not None and g_idx.shape else None
@@ -274,12 +336,35 @@ class _Counter:
             self.weight(name, cols * inputs, (cols, inputs), packing, exact=exact and not guessed)
         elif layout == "awq" and len(info.shape) == 2 and out is not None:
             self.weight(name, rows * out, (out, rows), packing, exact=not guessed)
+        elif layout == "awq-gemv":
+            inputs, exact = unpack(cols, container, bits)
+            self.weight(name, rows * inputs, (rows, inputs), packing, exact=exact and not guessed)
         else:
-            count, exact = _unpack(info.num_elements, container, bits)
+            count, exact = unpack(info.num_elements, container, bits)
             self.weight(name, count, None, packing, exact=exact and not guessed)
         self.aux(f"{prefix}.qzeros", "zero points of a packed weight")
         self.aux(f"{prefix}.scales", "scales of a packed weight")
         self.aux(f"{prefix}.g_idx", "input order of a packed weight")
+
+    def awq_gemv_fast(
+        self, name: str, info: TensorInfo, prefix: str, scales: TensorInfo | None
+    ) -> None:
+        """AutoAWQ's GEMV-fast: qweight I16 ``[out/4, in/4·4]`` (four outputs interleaved),
+        scales and float zero points ``[groups, out]``; the outputs are the scales' columns."""
+        assert scales is not None
+        self.layouts.add("awq")
+        bits = self.bits_for(name)
+        guessed = bits is None
+        if bits is None:  # GEMV-fast is 4-bit only, but the config did not say so
+            self.unknown_width.append(name)
+            bits = 4
+        out = scales.shape[-1]
+        count, exact = unpack(info.num_elements, 16, bits)
+        shape = (out, count // out) if count % out == 0 else None
+        packing = packing_words("awq-gemv-fast", bits, 16, info.dtype)
+        self.weight(name, count, shape, packing, exact=exact and shape is not None and not guessed)
+        self.aux(f"{prefix}.qzeros", "zero points of a packed weight")
+        self.aux(f"{prefix}.scales", "scales of a packed weight")
 
     def weight_packed(self, name: str, info: TensorInfo, prefix: str) -> None:
         """compressed-tensors: ``weight_packed`` with its logical ``weight_shape`` beside it."""
@@ -289,12 +374,19 @@ class _Counter:
             container, bits = 8, 4
             packing = "fp4, 2 per U8"
         else:
-            container = _INT_CONTAINERS.get(info.dtype, info.dtype_info.bits)
-            found = self.bits_for(name) or _infer_packed_bits(self, prefix, info, container)
+            container = INT_CONTAINERS.get(info.dtype, info.dtype_info.bits)
+            configured = self.bits_for(name)
+            stored_bits = stored_shape_bits(self.shapes.get(f"{prefix}.weight_shape"), info)
+            found = configured or stored_bits
+            if configured is not None and stored_bits is not None and configured != stored_bits:
+                # The stored logical shape is the tensor's own word; the config's group may
+                # have been matched to the wrong module, or written for another checkpoint.
+                self.width_mismatch[name] = None
+                found = stored_bits
             if found is None:
                 self.unknown_width.append(name)
             bits, guessed = found or 4, found is None
-            packing = _packing("pack-quantized", bits, container, info.dtype)
+            packing = packing_words("pack-quantized", bits, container, info.dtype)
         if not info.shape:
             self.weight(name, info.num_elements, info.shape, None)
             return
@@ -306,12 +398,7 @@ class _Counter:
         exact = info.dtype == "U8"
         stored = self.shapes.get(f"{prefix}.weight_shape")
         if stored is not None:
-            fits = (
-                len(stored) == len(info.shape)
-                and tuple(stored[:-1]) == tuple(info.shape[:-1])
-                and -(-stored[-1] * bits // container) == info.shape[-1]
-            )
-            if fits:
+            if holds(stored, info, bits, container):
                 shape, exact = tuple(stored), True
             else:
                 self.bad_shapes.append(f"{prefix}.weight_shape")
@@ -343,17 +430,17 @@ class _Counter:
         inputs = scales.shape[-1] * group if group and scales.shape else None
         cols = info.shape[-1] if info.shape else 0
         if bits is None and inputs:
-            bits = _ratio(cols * 32, inputs)
+            bits = ratio(cols * 32, inputs)
         guessed = bits is None
         if bits is None:
             self.unknown_width.append(name)
             bits = 4
-        packing = _packing("mlx", bits, 32, info.dtype)
+        packing = packing_words("mlx", bits, 32, info.dtype)
         if inputs is not None and inputs * bits == cols * 32:
             shape = (*info.shape[:-1], inputs)
             self.weight(name, math.prod(shape), shape, packing)
         else:
-            count, exact = _unpack(info.num_elements, 32, bits)
+            count, exact = unpack(info.num_elements, 32, bits)
             self.weight(name, count, None, packing, exact=exact and not guessed)
         self.aux(f"{prefix}.scales", f"scales of {name}")
         self.aux(f"{prefix}.biases", f"biases (zero points) of {name}")
@@ -365,20 +452,26 @@ class _Counter:
         if self.unknown_width:
             self.problems.append(
                 f"{self.source}: no width in the config or the tensors' shapes for "
-                f"{_some(self.unknown_width)}; counted as 4-bit, an estimate"
+                f"{some(self.unknown_width)}; counted as 4-bit, an estimate"
             )
         if self.bad_shapes:
             self.problems.append(
-                f"{self.source}: {_some(self.bad_shapes)} hold shapes their packed weights cannot "
+                f"{self.source}: {some(self.bad_shapes)} hold shapes their packed weights cannot "
                 "hold; counted from the packed tensors"
             )
         if self.width_mismatch and self.q is not None:
+            says = f"says {self.q.bits}-bit" if self.q.bits else "gives another width"
             self.problems.append(
-                f"{self.q.source}: says {self.q.bits}-bit, but {_some(list(self.width_mismatch))} "
-                "are packed at another width (their qzeros against their scales, or g_idx); "
-                "counted as the tensors say"
+                f"{self.q.source}: {says}, but {some(list(self.width_mismatch))} are packed at "
+                "another width (their qzeros against their scales, g_idx, or their stored "
+                "weight_shape); counted as the tensors say"
             )
         q = self.q
+        if self.stored_packed and q is not None:
+            self.problems.append(
+                f"{q.source}: says {q.method}, but {some(self.stored_packed)} hold integers in "
+                "no layout understood; counted as stored, not exact"
+            )
         if q is None or q.method not in KNOWN_METHODS:
             return
         expected = {
@@ -388,6 +481,7 @@ class _Counter:
             "mlx": {"mlx"},
             "fp8": {"float8"},
             "fbgemm_fp8": {"float8"},
+            "modelopt": {"nvfp4", "mxfp4", "float8"},
         }.get(q.method)
         if q.method == "bitsandbytes":
             expected = {"bitsandbytes"} if q.bits == 4 else {"bitsandbytes-int8"}
@@ -405,64 +499,6 @@ class _Counter:
                 + f", but no tensor is stored that way (seen: {seen}); the count follows "
                 "the tensors"
             )
-
-
-def _some(names: list[str]) -> str:
-    """``"a.qweight"`` or ``"1,024 tensors (a.qweight, b.qweight, …)"``."""
-    if len(names) == 1:
-        return names[0]
-    return f"{len(names):,} tensors ({', '.join(names[:2])}, …)"
-
-
-@functools.lru_cache(maxsize=64)
-def _packing(layout: str, bits: int, container: int, dtype: str) -> str:
-    """``"gptq 4-bit, 8 per I32"``; ``"gptq 3-bit, 32/3 per I32"`` when the width does not
-    divide the container."""
-    per = f"{container // bits}" if container % bits == 0 else f"{container}/{bits}"
-    return f"{layout} {bits}-bit, {per} per {dtype}"
-
-
-def _ratio(numerator: int, denominator: int) -> int | None:
-    if denominator <= 0 or numerator % denominator:
-        return None
-    value = numerator // denominator
-    return value if 1 <= value <= 16 else None
-
-
-def _unpack(elements: int, container: int, bits: int) -> tuple[int, bool]:
-    """Values in ``elements`` containers of ``container`` bits: (count, exact)."""
-    total = elements * container
-    return total // bits, container % bits == 0
-
-
-def _infer_packed_bits(
-    counter: _Counter, prefix: str, info: TensorInfo, container: int
-) -> int | None:
-    stored = counter.shapes.get(f"{prefix}.weight_shape")
-    if stored and info.shape:
-        return _ratio(container * info.shape[-1], stored[-1]) or None
-    return None
-
-
-@functools.lru_cache(maxsize=256)
-def _compiled(pattern: str) -> SafePattern:
-    return SafePattern(pattern)
-
-
-def _target_matches(target: str, module: str, problems: list[str], source: str) -> bool:
-    """A compressed-tensors target: ``re:`` + a pattern (matched safely), a module name, or a
-    layer class (``Linear``), which every linear layer is."""
-    if target.startswith("re:"):
-        try:
-            return _compiled(target[3:]).match(module)
-        except UnsupportedPattern as exc:
-            message = f"{source}: target {target!r} not understood ({exc}); not matched"
-            if message not in problems:
-                problems.append(message)
-            return False
-    if target[:1].isupper() and "." not in target:
-        return True  # a class name; the packed tensor says it is a quantized linear layer
-    return module == target or module.endswith(f".{target}")
 
 
 def stored_shape_tensors(tensors: Mapping[str, TensorInfo]) -> list[str]:
@@ -514,72 +550,54 @@ def count_parameters(
         config_location=config_location,
         quantization_config_location=quantization_config_location,
     )
-    if quantization is None and isinstance(tensors, TensorTable) and _plainly_stored(tensors):
-        return _plain_count(tensors, declared_total(metadata), problems)
+    # GGUF dims count values, not blocks: every tensor is its elements, whatever its type.
+    gguf = quantization is not None and quantization.method == GGUF_METHOD
+    if gguf and quantization is not None:  # the file type, not a block of a config, says it
+        quantization = replace(quantization, source=f"{config_location}: general.file_type")
+    if gguf or (
+        quantization is None and isinstance(tensors, TensorTable) and plainly_stored(tensors)
+    ):
+        table = TensorTable.of(tensors)
+        plain = plain_count(table, declared_total(metadata), problems, quantization)
+        return _with_experts(plain, table, None, config, config_location)
     source = quantization.source if quantization is not None else config_location
     counter = _Counter(tensors, quantization, logical_shapes or {}, source)
     counter.run()
     counter.check()
     results = cast("dict[str, RawLogical]", counter.result)  # run() gave every tensor its role
-    return ParameterCount(
+    # A method we do not know may pack values in a way no tensor shows: never call it exact.
+    known = quantization is None or quantization.method in KNOWN_METHODS
+    count = ParameterCount(
         total=sum(parameters for _, parameters, _, _, _ in results.values()),
-        exact=all(exact for _, _, _, exact, _ in results.values()),
+        exact=known and all(exact for _, _, _, exact, _ in results.values()),
         stored_total=sum(info.num_elements for info in tensors.values()),
         quantization=quantization,
         tensors=LogicalTensors(results),
         declared_total=declared_total(metadata),
         problems=tuple(dict.fromkeys([*problems, *counter.problems])),
     )
+    return _with_experts(count, tensors, results, config, config_location)
 
 
-# The dtypes the layouts above look at: integer containers of packed values, bitsandbytes'
-# bytes, and scale exponents. A model with none of them, no config naming a quantization and no
-# ``weight_packed`` tensor is counted as stored, tensor by tensor.
-_PACKING_DTYPES = frozenset({"I16", "U16", "I32", "U32", "U8", "F8_E8M0"})
-
-
-def _plainly_stored(tensors: TensorTable) -> bool:
-    """Whether no layout can apply: then every tensor is a weight of its stored size."""
-    if not _PACKING_DTYPES.isdisjoint(tensors.dtype_names()):
-        return False
-    if not tensors.may_have_name_ending("weight_packed"):
-        return True
-    return not any(n.endswith("weight_packed") for n in tensors)
-
-
-class _StoredAsIs(Mapping[str, RawLogical]):
-    """The raw logical entries of a model :func:`_plainly_stored` cleared: every tensor a weight
-    of its stored size, the entry made when asked (as :class:`LogicalTensors` makes its values),
-    so counting a plain model takes no Python step per tensor."""
-
-    __slots__ = ("_tensors",)
-
-    def __init__(self, tensors: TensorTable) -> None:
-        self._tensors = tensors
-
-    def __getitem__(self, name: str) -> RawLogical:
-        shape = self._tensors[name].shape
-        return (WEIGHT, math.prod(shape), shape, True, None)
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._tensors)
-
-    def __len__(self) -> int:
-        return len(self._tensors)
-
-
-def _plain_count(
-    tensors: TensorTable, declared: int | None, problems: tuple[str, ...]
+def _with_experts(
+    count: ParameterCount,
+    tensors: Mapping[str, TensorInfo],
+    logical: Mapping[str, RawLogical] | None,
+    config: Mapping[str, Any] | None,
+    source: str,
 ) -> ParameterCount:
-    """:func:`count_parameters` for a model that :func:`_plainly_stored` cleared: the same
-    result the layout pass gives it."""
-    total = tensors.num_parameters
-    return ParameterCount(
-        total=total,
-        exact=True,
-        stored_total=total,
-        quantization=None,
-        tensors=LogicalTensors(_StoredAsIs(tensors)),
-        declared_total=declared,
-        problems=tuple(dict.fromkeys(problems)),
-    )
+    """``count`` with its mixture of experts, when the tensors hold routed experts (or the
+    config says they should)."""
+    # Routed experts' names hold "experts." or GGUF's "_exps."; shared experts' "shared_expert"
+    # or GGUF's "_shexp.": "expert" or "_exps." or "_shexp." finds them all.
+    fragments = ("expert", "_exps.", "_shexp.")
+    if isinstance(tensors, TensorTable) and not any(
+        tensors.may_have_name_containing(f) for f in fragments
+    ):
+        names = []  # no name to look at: only the config may say more
+    else:
+        names = [n for n in tensors if any(f in n for f in fragments)]
+    moe, problems = find_experts(names, tensors, logical, config, source=source)
+    if moe is None and not problems:
+        return count
+    return replace(count, moe=moe, problems=tuple(dict.fromkeys([*count.problems, *problems])))

@@ -1,7 +1,9 @@
 """How much memory a model needs to serve: its weights as stored, and its KV cache. Pure.
 
 The weights' bytes are exact: the sum of the tensors' data as the headers describe it (packed
-weights at their packed size, scales included), which is what an inference engine loads.
+weights at their packed size, scales included), which is what an inference engine loads. For a
+mixture of experts, the bytes of one routed expert and of one layer's routed experts are given
+too (what expert-parallel serving spreads over devices).
 
 The KV cache grows with the context. Per sequence and token, each attention layer keeps:
 
@@ -10,11 +12,13 @@ The KV cache grows with the context. Per sequence and token, each attention laye
 - multi-latent attention (DeepSeek-V2/V3 style, ``kv_lora_rank`` in the config): the compressed
   latent and the shared rotary key, ``kv_lora_rank + qk_rope_head_dim`` elements, as serving
   engines (vLLM, SGLang) cache it;
-- sliding-window layers (``layer_types``, ``sliding_window_pattern``, or every layer when
-  ``sliding_window`` is set and ``use_sliding_window`` is not false) keep at most
-  ``sliding_window`` tokens; chunked-attention layers at most ``attention_chunk_size``;
+- sliding-window layers keep at most ``sliding_window`` tokens; chunked-attention layers at
+  most ``attention_chunk_size``;
 - linear-attention, recurrent and state-space layers keep a state that does not grow with the
-  context; it is not counted.
+  context; it is not counted. Which layer is which comes from the config's own keys
+  (:mod:`.kv_layers`: ``layer_types``, Jamba's period and offset, Nemotron-H's pattern,
+  Llama-4's ``no_rope_layers``, …); where a config does not say, every layer is counted and the
+  estimate is labelled an upper bound (:attr:`MemoryEstimate.kv_cache_bound`).
 
 A config that lacks what the formula needs gives the weights and says why the cache is unknown.
 """
@@ -22,8 +26,14 @@ A config that lacks what the formula needs gives the weights and says why the ca
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+from .config import text_config
+from .kv_layers import layer_kinds, positive_int
+
+if TYPE_CHECKING:
+    from .values import MixtureOfExperts
 
 KV_DTYPE_BITS = {
     "F32": 32,
@@ -59,10 +69,6 @@ _KV_DTYPE_ALIASES = {
     "nvfp4": "F4",
     "f4": "F4",
 }
-
-_FULL = {"attention", "full_attention", "global_attention", "global", "full"}
-_SLIDING = {"sliding_attention", "sliding_window_attention", "local_attention", "sliding", "local"}
-_CHUNKED = {"chunked_attention"}
 
 
 def kv_dtype_name(text: str) -> str:
@@ -102,6 +108,9 @@ class MemoryEstimate:
         constant_layers: layers with a state of constant size (linear attention, SSM), not
             counted.
         kv_cache_unknown: why the cache could not be estimated, else ``None``.
+        kv_cache_bound: why ``kv_cache_bytes`` is only an upper bound (the config does not say
+            which layers attend), else ``None``.
+        moe: the mixture of experts whose bytes :meth:`as_dict` gives, or ``None``.
     """
 
     weights_bytes: int
@@ -116,6 +125,8 @@ class MemoryEstimate:
     window_tokens: int | None = None
     constant_layers: int = 0
     kv_cache_unknown: str | None = None
+    kv_cache_bound: str | None = None
+    moe: MixtureOfExperts | None = None
 
     @property
     def total_bytes(self) -> int:
@@ -138,29 +149,21 @@ class MemoryEstimate:
             "window_tokens": self.window_tokens,
             "constant_layers": self.constant_layers,
             "kv_cache_unknown": self.kv_cache_unknown,
+            "kv_cache_bound": self.kv_cache_bound,
+            "experts": None if self.moe is None else _experts_dict(self.moe),
         }
 
 
-def text_config(config: Mapping[str, Any]) -> Mapping[str, Any]:
-    """The language model's part of a config: its ``text_config`` (or ``llm_config``) when it
-    has one, with the top level's dtype and quantization filled in."""
-    for key in ("text_config", "llm_config", "language_config"):
-        inner = config.get(key)
-        if isinstance(inner, Mapping) and inner:
-            merged = dict(inner)
-            for shared in ("torch_dtype", "dtype", "quantization_config"):
-                if shared in config and shared not in merged:
-                    merged[shared] = config[shared]
-            return merged
-    return config
-
-
-def _int(config: Mapping[str, Any], *keys: str) -> int | None:
-    for key in keys:
-        value = config.get(key)
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            return value
-    return None
+def _experts_dict(moe: MixtureOfExperts) -> dict[str, Any]:
+    """The experts' counts and bytes, for ``memory --json``."""
+    return {
+        "experts": moe.experts,
+        "experts_per_token": moe.experts_per_token,
+        "shared_experts": moe.shared_experts,
+        "moe_layers": len(moe.layers),
+        "expert_bytes": moe.expert_bytes,
+        "layer_experts_bytes": moe.layer_experts_bytes,
+    }
 
 
 def _auto_kv_dtype(config: Mapping[str, Any]) -> str | None:
@@ -179,54 +182,6 @@ def _auto_kv_dtype(config: Mapping[str, Any]) -> str | None:
     return None
 
 
-@dataclass(frozen=True, slots=True)
-class _Layers:
-    """How a model's attention layers keep their cache."""
-
-    full: int  # the whole context
-    sliding: int = 0  # at most ``window`` tokens
-    window: int | None = None
-    chunked: int = 0  # at most ``chunk`` tokens
-    chunk: int | None = None
-    constant: int = 0  # a state that does not grow (linear attention, SSM)
-
-    def tokens(self, context: int) -> int:
-        """Cached tokens over all layers, for one sequence of ``context`` tokens."""
-        capped = self.sliding * min(self.window or context, context)
-        capped += self.chunked * min(self.chunk or context, context)
-        return self.full * context + capped
-
-
-def _layer_kinds(config: Mapping[str, Any], layers: int) -> _Layers:
-    window = _int(config, "sliding_window")
-    chunk = _int(config, "attention_chunk_size")
-    kinds = config.get("layer_types")
-    if isinstance(kinds, list) and kinds:
-        names = [str(k).lower() for k in kinds[:layers]]
-        sliding = sum(k in _SLIDING for k in names)
-        chunked = sum(k in _CHUNKED for k in names)
-        constant = len(names) - sliding - chunked - sum(k in _FULL for k in names)
-        full = layers - sliding - chunked - constant  # layers the list leaves out: full
-        if window is None:  # no size given: those layers keep everything
-            full, sliding = full + sliding, 0
-        if chunk is None:
-            full, chunked = full + chunked, 0
-        return _Layers(full, sliding, window, chunked, chunk, constant)
-    pattern = _int(config, "sliding_window_pattern")
-    if pattern is None and config.get("model_type") == "gemma2":
-        pattern = 2  # Gemma 2 alternates local and global layers; older configs do not say
-    if pattern and window:
-        full = layers // pattern  # every pattern-th layer is global (Gemma 2/3, Cohere 2)
-        return _Layers(full, layers - full, window)
-    if not window or config.get("use_sliding_window") is False:
-        return _Layers(layers)
-    limit = config.get("max_window_layers")
-    if config.get("use_sliding_window") is True and isinstance(limit, int):
-        full = min(max(limit, 0), layers)  # Qwen2: layers from max_window_layers on slide
-        return _Layers(full, layers - full, window)
-    return _Layers(0, layers, window)  # Mistral: every layer
-
-
 def estimate_memory(
     config: Mapping[str, Any] | None,
     weights_bytes: int,
@@ -234,6 +189,7 @@ def estimate_memory(
     context: int | None = None,
     batch: int = 1,
     kv_dtype: str | None = None,
+    experts: MixtureOfExperts | None = None,
 ) -> MemoryEstimate:
     """Weights and KV-cache bytes for ``batch`` sequences of ``context`` tokens.
 
@@ -244,10 +200,23 @@ def estimate_memory(
         batch: sequences held at once.
         kv_dtype: ``"bf16"``, ``"fp8"``, ``"F8_E4M3"``, …; ``None`` or ``"auto"`` takes the
             config's ``kv_cache_scheme`` or its ``torch_dtype``.
+        experts: the model's mixture of experts (:attr:`ParameterCount.moe`), whose bytes per
+            expert and per layer the estimate carries.
 
     Raises:
         ValueError: a negative context or batch, or an unknown ``kv_dtype``.
     """
+    estimate = _estimate(config, weights_bytes, context, batch, kv_dtype)
+    return estimate if experts is None else replace(estimate, moe=experts)
+
+
+def _estimate(
+    config: Mapping[str, Any] | None,
+    weights_bytes: int,
+    context: int | None,
+    batch: int,
+    kv_dtype: str | None,
+) -> MemoryEstimate:
     if batch < 1:
         raise ValueError(f"batch must be at least 1, got {batch}")
     if context is not None and context < 0:
@@ -261,40 +230,45 @@ def estimate_memory(
         return unknown("no config.json beside the weights")
     cfg = text_config(config)
     if context is None:
-        context = _int(cfg, "max_position_embeddings", "n_positions", "max_seq_len", "seq_length")
+        context = positive_int(
+            cfg, "max_position_embeddings", "n_positions", "max_seq_len", "seq_length"
+        )
         if context is None:
             return unknown("no --context given and the config states no maximum length")
     dtype = explicit or _auto_kv_dtype(cfg)
     if dtype is None:
         return unknown("the config names no dtype (torch_dtype); give the KV dtype")
-    layers = _int(cfg, "num_hidden_layers", "n_layer", "num_layers", "n_layers")
+    layers = positive_int(cfg, "num_hidden_layers", "n_layer", "num_layers", "n_layers")
     if layers is None:
         return unknown(
             "the config does not say how many layers (num_hidden_layers)", kv_dtype=dtype
         )
-    heads = _int(cfg, "num_attention_heads", "n_head", "num_heads", "n_heads")
-    latent = _int(cfg, "kv_lora_rank")
+    heads = positive_int(cfg, "num_attention_heads", "n_head", "num_heads", "n_heads")
+    latent = positive_int(cfg, "kv_lora_rank")
     if latent is not None:
-        per_layer = latent + (_int(cfg, "qk_rope_head_dim") or 0)
+        per_layer = latent + (positive_int(cfg, "qk_rope_head_dim") or 0)
         attention = "mla"
     else:
-        hidden = _int(cfg, "hidden_size", "n_embd", "d_model", "dim")
+        hidden = positive_int(cfg, "hidden_size", "n_embd", "d_model", "dim")
         if heads is None:
             return unknown(
                 "the config does not say how many attention heads (num_attention_heads)",
                 kv_dtype=dtype,
             )
-        kv_heads = _int(cfg, "num_key_value_heads", "n_head_kv", "num_kv_heads", "n_kv_heads")
+        kv_heads = positive_int(
+            cfg, "num_key_value_heads", "n_head_kv", "num_kv_heads", "n_kv_heads"
+        )
         if kv_heads is None:
             kv_heads = 1 if cfg.get("multi_query") else heads
-        head_dim = _int(cfg, "head_dim", "attention_head_size")
+        head_dim = positive_int(cfg, "head_dim", "attention_head_size")
         if head_dim is None:
             if hidden is None:
                 return unknown("the config gives neither head_dim nor hidden_size", kv_dtype=dtype)
             head_dim = hidden // heads
-        per_layer = 2 * kv_heads * head_dim
+        # Keys and values may differ in width (GGUF's key_length and value_length).
+        per_layer = kv_heads * (head_dim + (positive_int(cfg, "v_head_dim") or head_dim))
         attention = "mqa" if kv_heads == 1 else ("mha" if kv_heads == heads else "gqa")
-    kinds = _layer_kinds(cfg, layers)
+    kinds = layer_kinds(cfg, layers)
     bits = KV_DTYPE_BITS[dtype]
     kv_bits = kinds.tokens(context) * per_layer * bits * batch
     growing = kinds.full + kinds.sliding + kinds.chunked
@@ -310,4 +284,5 @@ def estimate_memory(
         window_layers=kinds.sliding + kinds.chunked,
         window_tokens=kinds.window if kinds.sliding else kinds.chunk,
         constant_layers=kinds.constant,
+        kv_cache_bound=kinds.bound,
     )

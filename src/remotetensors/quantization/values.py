@@ -15,6 +15,13 @@ WEIGHT = "weight"
 AUXILIARY = "auxiliary"
 """Role of quantization bookkeeping: scales, zero points, ``g_idx``, ``absmax``, shapes, …"""
 
+ACTIVE_CONVENTION = (
+    "active = total - sum over MoE layers of (routed experts - experts used per token) x the "
+    "parameters of one routed expert; embeddings, head, attention, routers and shared experts "
+    "count as active"
+)
+"""How :attr:`MixtureOfExperts.inactive` is counted; stated in ``params --json`` too."""
+
 
 @dataclass(frozen=True, slots=True)
 class Quantization:
@@ -117,6 +124,110 @@ class LogicalTensors(Mapping[str, LogicalTensor]):
 
 
 @dataclass(frozen=True, slots=True)
+class ExpertLayer:
+    """The routed experts of one MoE layer.
+
+    Attributes:
+        name: the experts' container (``model.layers.3.mlp.experts``, GGUF's ``blk.3``).
+        layer: the layer's number (the last number in ``name``), or ``None``.
+        experts: routed experts stored (numbered modules found, or the config's count when
+            they are fused).
+        parameters: parameters of all of them (logical: packed weights unpacked).
+        nbytes: their bytes as stored, quantization scales included.
+    """
+
+    name: str
+    layer: int | None
+    experts: int
+    parameters: int
+    nbytes: int
+
+    @property
+    def expert_parameters(self) -> int:
+        """Parameters of one routed expert (rounded down when they do not divide evenly)."""
+        return self.parameters // self.experts
+
+    @property
+    def expert_bytes(self) -> int:
+        """Bytes of one routed expert as stored (rounded up)."""
+        return -(-self.nbytes // self.experts)
+
+    @property
+    def even(self) -> bool:
+        """Whether the parameters divide evenly among the experts."""
+        return self.parameters % self.experts == 0
+
+
+@dataclass(frozen=True, slots=True)
+class MixtureOfExperts:
+    """A model's mixture of experts.
+
+    Attributes:
+        experts: routed experts per MoE layer (the config's count; the tensors' when it has
+            none).
+        experts_per_token: experts each token is routed to; ``None`` when the config does not
+            say (the active count is then unknown).
+        shared_experts: experts every token uses, per MoE layer (counted as active).
+        layers: the MoE layers, in the tensors' order; empty when the config describes
+            routed experts but no tensor is named as one (the active count is then unknown).
+    """
+
+    experts: int
+    experts_per_token: int | None
+    shared_experts: int
+    layers: tuple[ExpertLayer, ...]
+
+    @property
+    def inactive(self) -> int | None:
+        """Parameters a token does not use: the sum over MoE layers of (experts - used) x one
+        expert's parameters; ``None`` when the config does not say how many are used, or when
+        no tensor was recognised as a routed expert."""
+        k = self.experts_per_token
+        if k is None or not self.layers:
+            return None
+        return sum(max(layer.experts - k, 0) * layer.expert_parameters for layer in self.layers)
+
+    @property
+    def exact(self) -> bool:
+        """Whether every layer's parameters divide evenly among its experts and the config
+        says how many a token uses."""
+        return (
+            self.experts_per_token is not None
+            and bool(self.layers)
+            and all(layer.even for layer in self.layers)
+        )
+
+    @property
+    def expert_parameters(self) -> int:
+        """Parameters of one routed expert, in the layer where it is largest."""
+        return max((layer.expert_parameters for layer in self.layers), default=0)
+
+    @property
+    def expert_bytes(self) -> int:
+        """Bytes of one routed expert as stored, in the layer where it is largest."""
+        return max((layer.expert_bytes for layer in self.layers), default=0)
+
+    @property
+    def layer_experts_bytes(self) -> int:
+        """Bytes of one layer's routed experts as stored, in the largest such layer: what an
+        expert-parallel server spreads over its devices, layer by layer."""
+        return max((layer.nbytes for layer in self.layers), default=0)
+
+    def as_dict(self) -> dict[str, Any]:
+        """A JSON-ready summary (layers summarised, not listed)."""
+        return {
+            "experts": self.experts,
+            "experts_per_token": self.experts_per_token,
+            "shared_experts": self.shared_experts,
+            "moe_layers": len(self.layers),
+            "expert_parameters": self.expert_parameters,
+            "expert_bytes": self.expert_bytes,
+            "layer_experts_bytes": self.layer_experts_bytes,
+            "inactive_parameters": self.inactive,
+        }
+
+
+@dataclass(frozen=True, slots=True)
 class ParameterCount:
     """A model's true parameter count and how it was found.
 
@@ -128,6 +239,7 @@ class ParameterCount:
         tensors: name -> :class:`LogicalTensor`, for every tensor.
         declared_total: ``total_parameters`` as the file's or index's metadata declares it.
         problems: messages about the config (each naming the file); shown as warnings.
+        moe: the mixture of experts, or ``None`` for a dense model (found by :mod:`.moe`).
     """
 
     total: int
@@ -137,6 +249,23 @@ class ParameterCount:
     tensors: LogicalTensors
     declared_total: int | None = None
     problems: tuple[str, ...] = ()
+    moe: MixtureOfExperts | None = None
+
+    @property
+    def active(self) -> int | None:
+        """Parameters used per token: the total for a dense model; for a mixture of experts
+        the total minus the routed experts a token does not use (the convention is
+        :data:`ACTIVE_CONVENTION`); ``None`` when the config
+        does not say how many experts a token uses."""
+        if self.moe is None:
+            return self.total
+        inactive = self.moe.inactive
+        return None if inactive is None else self.total - inactive
+
+    @property
+    def active_exact(self) -> bool:
+        """Whether :attr:`active` is exact: the total is, and so are the experts' figures."""
+        return self.exact and (self.moe is None or self.moe.exact)
 
     @property
     def unpacked(self) -> list[str]:

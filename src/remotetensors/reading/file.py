@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -26,13 +27,24 @@ copies into it and out of it are cheaper than through memory (a 4 MiB slice of a
 read in 256 KiB chunks takes 60% of the time of one read)."""
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Iterator
+    from collections.abc import Callable, Iterable, Iterator, Sequence
 
     import dask.array as da
     import numpy.typing as npt
 
     from ..index import FileIndex, TensorInfo
     from ..sources.base import ByteSource
+    from ..sources.recipe import SourceRecipe
+
+
+@dataclass(frozen=True, slots=True)
+class TensorPiece:
+    """Bytes ``[offset, offset + len(buffer))`` of tensor ``name``'s stored bytes go into
+    ``buffer`` (a writable memoryview of exactly that many bytes, owned by the caller)."""
+
+    name: str
+    offset: int
+    buffer: memoryview
 
 
 class AsyncTensorFile:
@@ -155,6 +167,60 @@ class AsyncTensorFile:
             for info, out in zip(infos, outputs, strict=True)
         }
 
+    async def read_into(self, pieces: Sequence[TensorPiece]) -> None:
+        """Fill caller-given buffers with stored bytes of tensors, in one plan (coalesced,
+        split, concurrent, under the file's budget of requests in flight): for code that owns
+        its destinations (a torch tensor's storage, a staging buffer). Nothing is converted.
+
+        Raises:
+            TensorNotFoundError: a piece names a tensor the file does not hold.
+            ValueError: a piece reaches beyond its tensor's bytes.
+            whatever the source raises; on error, the remaining reads are cancelled.
+        """
+        await self._fetch(self._targets(pieces))
+
+    def _targets(self, pieces: Sequence[TensorPiece]) -> list[Target]:
+        """The file's byte ranges of ``pieces``, each with its buffer."""
+        targets = []
+        for piece in pieces:
+            info = self.info(piece.name)
+            end = piece.offset + len(piece.buffer)
+            if piece.offset < 0 or end > info.nbytes:
+                raise ValueError(
+                    f"{self.location}: bytes [{piece.offset}, {end}) of tensor {piece.name} "
+                    f"asked, but it holds {info.nbytes} bytes"
+                )
+            start = info.start + piece.offset
+            targets.append(Target(ByteRange(start, start + len(piece.buffer)), piece.buffer))
+        return targets
+
+    @property
+    def reads_now(self) -> bool:
+        """Whether the source reads without an event loop (a local file), so that
+        :meth:`read_into_now` can read."""
+        return self._source.blocking() is not None
+
+    def read_into_now(self, pieces: Sequence[TensorPiece]) -> bool:
+        """:meth:`read_into` in the calling thread when the source reads without an event loop
+        (a local file); else False, having read nothing. Each piece is one positioned read
+        straight into its buffer (one that starts in the bytes held since the open is copied
+        from them): a ``preadv`` costs microseconds, nothing is worth coalescing. Not a second
+        bridge: nothing here waits on a loop. Safe to call from several threads at once.
+
+        Raises:
+            TensorNotFoundError, ValueError: as :meth:`read_into`.
+            RemoteFileChangedError: the file changed since it was opened.
+        """
+        blocking = self._source.blocking()
+        if blocking is None:
+            return False
+        self._check_open()
+        for target in self._targets(pieces):
+            fetch_into_blocking(
+                blocking.read_into_now, [target], options=self._options, cached_prefix=self._prefix
+            )
+        return True
+
     def get_tensor_now(self, name: str) -> Any | None:
         """:meth:`get_tensor` in the calling thread, when that is cheaper (see below); else None.
 
@@ -233,6 +299,17 @@ class AsyncTensorFile:
             info.name: convert(out.result(), info.dtype, self._framework)
             for info, out in zip(infos, outputs, strict=True)
         }
+
+    def recipe(self) -> SourceRecipe:
+        """How to open this file again, at the version read here: its URL (a hub file's at the
+        pinned commit) or path, size and validator.
+
+        Raises:
+            NotImplementedError: the file was opened on an fsspec filesystem object.
+            RuntimeError: the file has not been opened yet (a shard known only from the hub's
+                metadata endpoint, see :mod:`.hub_onecall`).
+        """
+        return self._source.recipe()
 
     async def get_tensor_bytes(self, name: str) -> npt.NDArray[np.uint8]:
         """Fetch a tensor's bytes as stored in the file (1-D uint8; packed for F4 and F6)."""

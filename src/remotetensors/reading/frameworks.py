@@ -25,6 +25,47 @@ _TORCH_VIEWS = {
 }
 
 
+# Header dtype name -> torch dtype attribute, for the dtypes a torch tensor holds one value per
+# element of (the sub-byte F4 and F6 are left out: torch has no unpacked type for them).
+_TORCH_DTYPES = {
+    "BOOL": "bool",
+    "U8": "uint8",
+    "I8": "int8",
+    "I16": "int16",
+    "U16": "uint16",
+    "F16": "float16",
+    "I32": "int32",
+    "U32": "uint32",
+    "F32": "float32",
+    "C64": "complex64",
+    "F64": "float64",
+    "I64": "int64",
+    "U64": "uint64",
+    **_TORCH_VIEWS,
+}
+
+
+def torch_dtype(dtype_name: str) -> Any:
+    """The torch dtype whose elements are stored exactly as the header's ``dtype_name`` stores
+    them (``"BF16"`` -> ``torch.bfloat16``), so that a file's bytes can land in a tensor as
+    they are.
+
+    Raises:
+        UnsupportedDtypeError: F4 and F6 (packed, no torch type of one value per element), or
+            a dtype this torch lacks (the float8 kinds of an old torch).
+    """
+    import torch
+
+    attribute = _TORCH_DTYPES.get(dtype_name)
+    found = getattr(torch, attribute, None) if attribute is not None else None
+    if found is None:
+        raise UnsupportedDtypeError(
+            f"{dtype_name} has no torch dtype of one value per element here; read it with "
+            "framework='numpy' (ml_dtypes)"
+        )
+    return found
+
+
 def check_framework(framework: str) -> str:
     """Normalise ``framework`` to ``"numpy"`` or ``"pt"``.
 

@@ -25,6 +25,7 @@ from ..formats.gguf import GGML_TYPES_BY_NAME, HeaderParser, NeedMore, next_read
 from ..index import FileIndex
 from ..ranges import ByteRange
 from ..redact import redact_url
+from ..sources.cache.source import read_metadata
 from .fetch import Target
 from .file import AsyncTensorFile
 from .frameworks import convert
@@ -55,7 +56,12 @@ async def read_gguf_index(source: ByteSource, prefix: Prefix) -> tuple[FileIndex
         have = parser.buffered
         parser.feed(await source.read(have, next_read_end(step, have, prefix.size)))
         step = parser.advance()
-    return step.to_index(file_size=prefix.size), parser.data
+    index = step.to_index(file_size=prefix.size)
+    # The header (up to the data, or the padding before it as far as it was fetched: the
+    # parser had all it needed) is the file's metadata: kept by a persistent cache.
+    end = min(index.data_offset, len(parser.data))
+    await read_metadata(source, 0, end, held=parser.data)
+    return index, parser.data
 
 
 def is_quantized(dtype_name: str) -> bool:

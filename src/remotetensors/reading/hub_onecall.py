@@ -27,13 +27,14 @@ from ..formats.hub_metadata import ShardedMetadata, parse_sharded_metadata
 from ..formats.safetensors import PREFIX_BYTES, header_length, rebase
 from ..index import ROW_FILE, FileIndex, ModelIndex, Row, TensorInfo, TensorTable, placed
 from ..options import DEFAULT_CHUNK_BYTES
+from ..sources.cache.source import read_metadata
 from ..sources.hub.api import MetadataAnswer, endpoint_support, fetch_sharded_metadata
 from ..sources.hub.repo import hub_status_error
 from ..sources.resolve import HubPlace
-from .file import AsyncTensorFile, AsyncTensorSlice
+from .file import AsyncTensorFile, AsyncTensorSlice, TensorPiece
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable
+    from collections.abc import Callable, Iterable, Sequence
 
     from ..formats.index_json import ShardIndex
     from ..options import ReadOptions
@@ -69,7 +70,7 @@ def plan(place: Place) -> OneCall | None:
     revision = place.path.revision
     if revision not in (None, "main") and not _COMMIT.match(revision or ""):
         return None
-    support = endpoint_support(place.repo.endpoint)
+    support = endpoint_support(place.repo.endpoint, place.repo.store)
     if support is False:
         return None
     return OneCall(place, alone=bool(support))
@@ -199,7 +200,10 @@ class LazyTensorFile(AsyncTensorFile):
     async def _open(self) -> None:
         prefix = await self._source.open_prefix(PREFIX_BYTES)
         location = self._source.location
-        n = header_length(prefix.data, file_size=prefix.size, location=location)
+        # Kept by a persistent cache: the next data read of this shard (in a later visit too)
+        # needs no request for it.
+        head = await read_metadata(self._source, 0, PREFIX_BYTES, held=prefix.data)
+        n = header_length(head, file_size=prefix.size, location=location)
         self._set_index(
             rebase(self._index, header_length=n, file_size=prefix.size, location=location)
         )
@@ -217,6 +221,11 @@ class LazyTensorFile(AsyncTensorFile):
         await self._ensure_open()
         return await super().get_tensor_bytes(name)
 
+    async def read_into(self, pieces: Sequence[TensorPiece]) -> None:
+        self._check_open()
+        await self._ensure_open()  # the pieces' offsets are read from the final index
+        await super().read_into(pieces)
+
     async def _read_slice(self, info: TensorInfo, index: Any) -> Any:
         self._check_open()
         await self._ensure_open()
@@ -224,6 +233,13 @@ class LazyTensorFile(AsyncTensorFile):
 
     def read_slice_now(self, info: TensorInfo, index: Any) -> Any | None:
         return None  # the offsets are final only once the async opening has run
+
+    @property
+    def reads_now(self) -> bool:
+        return False  # the same: its first read is the async opening
+
+    def read_into_now(self, pieces: Sequence[TensorPiece]) -> bool:
+        return False
 
     def get_slice(self, name: str) -> AsyncTensorSlice:
         return AsyncTensorSlice(self, self.info(name))

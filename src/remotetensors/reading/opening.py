@@ -1,16 +1,24 @@
 """Opening one file: read its header window, then the reader for its format (GGUF files get
-:class:`~.gguf.AsyncGGUFFile`, the others :class:`~.file.AsyncTensorFile`)."""
+:class:`~.gguf.AsyncGGUFFile`, PyTorch files :class:`~.torch_bin.AsyncTorchFile`, the others
+:class:`~.file.AsyncTensorFile`).
+
+A file named as a PyTorch file (``.bin``, ``.pt``, ``.pth``) is opened from its end, where a
+zip keeps its index (one suffix request); any other from its start, and a zip found there (a
+PyTorch file under another name) is then read from its end as well."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ..formats.torch_bin import looks_like_torch_file
 from ..options import ReadOptions
 from ..sources.base import CountingSource
+from ..sources.names import names_torch_file
 from .file import AsyncTensorFile
 from .frameworks import check_framework
 from .gguf import AsyncGGUFFile
-from .window import read_index, read_index_now
+from .torch_bin import open_torch_file
+from .window import index_after_prefix, read_index_now
 
 if TYPE_CHECKING:
     from ..sources.base import ByteSource
@@ -27,7 +35,12 @@ async def open_tensor_file(
     if not isinstance(source, CountingSource):
         source = CountingSource(source)
     try:
-        index, prefix = await read_index(source, options)
+        if names_torch_file(source.location):
+            return await open_torch_file(source, options=options, framework=framework)
+        first = await source.open_prefix(options.header_window_bytes)
+        if looks_like_torch_file(first.data):
+            return await open_torch_file(source, options=options, framework=framework, first=first)
+        index, prefix = await index_after_prefix(source, first)
     except BaseException:
         await source.aclose()
         raise
@@ -45,7 +58,7 @@ def open_tensor_file_now(
     if not isinstance(source, CountingSource):
         source = CountingSource(source)
     blocking = source.blocking()
-    if blocking is None:
+    if blocking is None or names_torch_file(source.location):
         return None
     options = options or ReadOptions()
     check_framework(framework)

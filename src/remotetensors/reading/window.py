@@ -8,14 +8,16 @@ from typing import TYPE_CHECKING
 from ..formats import parse_any_header
 from ..formats.gguf import looks_like_gguf
 from ..formats.safetensors import PREFIX_BYTES, header_length
+from ..formats.torch_bin import looks_like_torch_file
+from ..sources.cache.source import read_metadata
 from .gguf import read_gguf_index
 
 if TYPE_CHECKING:
     from ..index import FileIndex
     from ..options import ReadOptions
-    from ..sources.base import BlockingSource, ByteSource
+    from ..sources.base import BlockingSource, ByteSource, Prefix
 
-__all__ = ["WHOLE_FILE_BYTES", "read_index", "read_index_now"]
+__all__ = ["WHOLE_FILE_BYTES", "index_after_prefix", "read_index", "read_index_now"]
 
 
 async def read_index(source: ByteSource, options: ReadOptions) -> tuple[FileIndex, bytes]:
@@ -26,23 +28,31 @@ async def read_index(source: ByteSource, options: ReadOptions) -> tuple[FileInde
 
     Returns:
         The index, and the bytes of the file already fetched (bytes ``[0, k)``), which later
-        reads reuse.
+        reads reuse. A source with a persistent cache may hold the length and header already:
+        then no request is made (see :func:`~..sources.cache.source.read_metadata`).
 
     Raises:
         HeaderError: the header is malformed (naming the location).
         and whatever the source raises.
     """
-    prefix = await source.open_prefix(options.header_window_bytes)
+    return await index_after_prefix(source, await source.open_prefix(options.header_window_bytes))
+
+
+async def index_after_prefix(source: ByteSource, prefix: Prefix) -> tuple[FileIndex, bytes]:
+    """:func:`read_index` once the first window, ``prefix``, is in: the rest of the header,
+    if any, and the parser of its format."""
     data = prefix.data
     if looks_like_gguf(data):
         return await read_gguf_index(source, prefix)
     n = header_length(data, file_size=prefix.size, location=source.location)
     needed = PREFIX_BYTES + n
+    # The length and header are the file's metadata: kept by a persistent cache (a later
+    # opening of this version finds them without a request). Only the missing tail of the
+    # header is read, not the whole header again.
+    header = await read_metadata(source, 0, needed, held=data)
     if len(data) < needed:
-        # Only the missing tail of the header, not the whole header again.
-        data += await source.read(len(data), needed)
-    header = data[PREFIX_BYTES:needed]
-    index = parse_any_header(header, file_size=prefix.size, location=source.location)
+        data = header
+    index = parse_any_header(header[PREFIX_BYTES:], file_size=prefix.size, location=source.location)
     return index, data
 
 
@@ -57,9 +67,10 @@ def read_index_now(
     source: BlockingSource, options: ReadOptions
 ) -> tuple[FileIndex, bytes | bytearray] | None:
     """:func:`read_index` in the calling thread, for a source with a blocking twin; None for
-    a GGUF file, whose header is read in growing windows by the async path."""
+    a GGUF file, whose header is read in growing windows by the async path, and for a PyTorch
+    file (see :mod:`.torch_bin`)."""
     prefix = source.open_prefix_now(options.header_window_bytes)
-    if looks_like_gguf(prefix.data):
+    if looks_like_gguf(prefix.data) or looks_like_torch_file(prefix.data):
         return None
     n = header_length(prefix.data, file_size=prefix.size, location=source.location)
     needed = PREFIX_BYTES + n

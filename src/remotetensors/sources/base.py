@@ -7,6 +7,7 @@ else (headers, tensors, planning) sits above it.
 from __future__ import annotations
 
 import abc
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
@@ -34,6 +35,28 @@ class Prefix:
     validator: str | None
 
 
+@dataclass(frozen=True, slots=True)
+class Suffix:
+    """The last bytes of a file, from the request that opened it (a zip's end of central
+    directory lives there).
+
+    Attributes:
+        data: bytes ``[size - len(data), size)`` of the file: as many as asked for, the whole
+            file if it is shorter.
+        size: total size of the file in bytes.
+        validator: as :attr:`Prefix.validator`.
+    """
+
+    data: bytes
+    size: int
+    validator: str | None
+
+    @property
+    def start(self) -> int:
+        """Absolute offset of ``data``'s first byte."""
+        return self.size - len(self.data)
+
+
 class BlockingSource(Protocol):
     """The ``ByteSource`` operations as plain functions that block the calling thread."""
 
@@ -50,8 +73,8 @@ class BlockingSource(Protocol):
 class ByteSource(abc.ABC):
     """Bytes of one file somewhere.
 
-    ``open_prefix`` is called first and once; it fixes the size and the validator. Every later
-    read is checked against them: a source raises
+    ``open_prefix`` (or ``open_suffix``) is called first and once; it fixes the size and the
+    validator. Every later read is checked against them: a source raises
     :class:`~remotetensors.errors.RemoteFileChangedError` rather than return bytes of another
     version of the file, as far as the backend can tell versions apart (one that reports only
     a size cannot see a rewrite that keeps it; see each source). Reads may run concurrently.
@@ -66,9 +89,30 @@ class ByteSource(abc.ABC):
     async def open_prefix(self, length: int) -> Prefix:
         """Fetch bytes ``[0, min(length, size))`` and learn the size, in one request.
 
+        A source with the persistent cache in front of it
+        (:class:`~.cache.source.CachedSource`) answers a kept file with the bytes kept from
+        its start instead, more or fewer than ``length`` and without a request: a reader asks
+        for what it needs with :func:`~.cache.source.read_metadata`.
+
         Raises:
             NotFoundError, PermissionDeniedError, TransportError, BadResponseError.
         """
+
+    async def open_suffix(self, length: int) -> Suffix:
+        """Fetch bytes ``[max(0, size - length), size)`` and learn the size: the other first
+        call (instead of :meth:`open_prefix`), for formats whose index sits at the end.
+
+        One request where the backend can ask for a suffix (HTTP, local files, fsspec); this
+        default takes two, a one-byte prefix and then the tail.
+
+        Raises:
+            as :meth:`open_prefix`.
+        """
+        prefix = await self.open_prefix(1)
+        start = max(0, prefix.size - length)
+        if start == 0 and prefix.size <= len(prefix.data):
+            return Suffix(prefix.data, prefix.size, prefix.validator)
+        return Suffix(await self.read(start, prefix.size), prefix.size, prefix.validator)
 
     @abc.abstractmethod
     async def read_into(self, start: int, buffer: memoryview) -> None:
@@ -187,6 +231,16 @@ class CountingSource(ByteSource):
         finally:
             self.traffic._end(received)
 
+    async def open_suffix(self, length: int) -> Suffix:
+        self.traffic._begin()
+        received = 0
+        try:
+            suffix = await self.inner.open_suffix(length)
+            received = len(suffix.data)
+            return suffix
+        finally:
+            self.traffic._end(received)
+
     async def read_into(self, start: int, buffer: memoryview) -> None:
         self.traffic._begin()
         received = 0
@@ -211,36 +265,43 @@ class CountingSource(ByteSource):
 
 class _CountingBlocking:
     """A blocking twin with its reads counted in ``traffic``, as :class:`CountingSource`
-    counts the async ones (one request per call, the bytes it delivered)."""
+    counts the async ones (one request per call, the bytes it delivered). Blocking reads may
+    run in several threads at once (torch loading reads a local file from worker threads), so
+    the counts change under a lock; the reads themselves run outside it."""
 
-    __slots__ = ("_inner", "_traffic")
+    __slots__ = ("_inner", "_lock", "_traffic")
 
     def __init__(self, inner: BlockingSource, traffic: Traffic) -> None:
         self._inner = inner
         self._traffic = traffic
+        self._lock = threading.Lock()
 
     @property
     def location(self) -> str:
         return self._inner.location
 
     def open_prefix_now(self, length: int) -> Prefix:
-        self._traffic._begin()
+        with self._lock:
+            self._traffic._begin()
         received = 0
         try:
             prefix = self._inner.open_prefix_now(length)
             received = len(prefix.data)
             return prefix
         finally:
-            self._traffic._end(received)
+            with self._lock:
+                self._traffic._end(received)
 
     def read_into_now(self, start: int, buffer: memoryview) -> None:
-        self._traffic._begin()
+        with self._lock:
+            self._traffic._begin()
         received = 0
         try:
             self._inner.read_into_now(start, buffer)
             received = len(buffer)
         finally:
-            self._traffic._end(received)
+            with self._lock:
+                self._traffic._end(received)
 
     def close_now(self) -> None:
         self._inner.close_now()

@@ -40,6 +40,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
+import os
 import re
 import sys
 from collections.abc import Awaitable, Callable, Iterator
@@ -60,7 +61,8 @@ from ..errors import (
     TransportError,
 )
 from ..redact import redact_text, redact_url, url_secrets
-from .base import ByteSource, Prefix
+from .base import ByteSource, Prefix, Suffix
+from .cache.offline import offline, offline_error
 from .http.answer import Failed, follow
 from .http.policy import carried, origin
 from .recipe import SourceRecipe
@@ -195,7 +197,30 @@ class FsspecSource(ByteSource):
     async def open_prefix(self, length: int) -> Prefix:
         if self._is_s3:
             data = await self._s3_get(0, length, first=True)
+            assert data is not None  # asked without a condition
             return Prefix(data, self._size, self._validator)
+        await self._learn_version()
+        end = min(length, self._size)
+        data = await self._cat(0, end) if end else b""
+        return Prefix(bytes(data), self._size, self._validator)
+
+    async def open_suffix(self, length: int) -> Suffix:
+        if self._is_s3:  # one request: S3 answers a suffix range
+            data = await self._s3_get(0, length, first=True, suffix=True)
+            assert data is not None  # asked without a condition
+            return Suffix(data, self._size, self._validator)
+        await self._learn_version()
+        start = max(0, self._size - length)
+        data = await self._cat(start, self._size) if self._size else b""
+        return Suffix(bytes(data), self._size, self._validator)
+
+    async def _learn_version(self) -> None:
+        """Ask ``info`` afresh and keep the size, validator and read conditions it gives (the
+        first call of a source other than S3).
+
+        Raises:
+            NotFoundError: the location is missing or a directory.
+        """
         info = await self._fresh_info()
         if info.get("type") == "directory":
             raise NotFoundError(f"{self._url}: is a directory, not a file")
@@ -203,9 +228,6 @@ class FsspecSource(ByteSource):
         self._size = self._version.size
         self._validator = self._version.validator
         self._conditions = self._read_conditions(info)
-        end = min(length, self._size)
-        data = await self._cat(0, end) if end else b""
-        return Prefix(bytes(data), self._size, self._validator)
 
     def recipe(self) -> SourceRecipe:
         if self._storage_options is None:
@@ -228,6 +250,7 @@ class FsspecSource(ByteSource):
             return
         if self._is_s3:
             data = await self._s3_get(start, end, first=False)
+            assert data is not None  # asked without a condition
             self._check_length(data, start, end)
         else:
             data = await self._cat(start, end)
@@ -263,6 +286,7 @@ class FsspecSource(ByteSource):
         Raises:
             NotFoundError: the file is gone; and what :meth:`_translate` makes of the rest.
         """
+        self._check_online()
         if self._is_async():
             data = await self._call(
                 "cat_file", self._path, start=start, end=end, **self._http_rules()
@@ -333,13 +357,36 @@ class FsspecSource(ByteSource):
             )
 
     async def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
-        """A filesystem method: its async twin on async filesystems, else on a worker thread."""
+        """A filesystem method: its async twin on async filesystems, else on a worker thread.
+
+        Raises:
+            OfflineError: offline mode is on (nothing is asked of the filesystem).
+        """
+        self._check_online()
         try:
             if self._is_async():
                 return await self._on_own_loop(getattr(self._fs, f"_{method}")(*args, **kwargs))
             return await asyncio.to_thread(getattr(self._fs, method), *args, **kwargs)
         except Exception as exc:
             raise self._translate(exc) from exc
+
+    async def aclose(self) -> None:
+        """Close the S3 session of a filesystem this source made for itself.
+
+        A filesystem fsspec does not share (``skip_instance_cache=True``, or options it cannot
+        cache by) would otherwise close its session only when collected, through s3fs's
+        finalizer, which gives the close 0.1 s on fsspec's loop, or starts it as a task on
+        whatever loop is running then (one that may close first): its sockets were then left
+        open and collected unclosed (a ``ResourceWarning``). A shared or given filesystem is
+        left alone: others use it.
+        """
+        if self._storage_options is None or not self._is_s3 or _shared(self._fs):
+            return
+        session = getattr(self._fs, "_s3", None)
+        if session is None:  # never connected
+            return
+        self._fs._s3 = None
+        await self._on_own_loop(session.__aexit__(None, None, None))
 
     def _is_async(self) -> bool:
         return isinstance(self._fs, fsspec.asyn.AsyncFileSystem) and bool(self._fs.async_impl)
@@ -357,25 +404,97 @@ class FsspecSource(ByteSource):
             return await coroutine
         return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coroutine, loop))
 
-    async def _s3_get(self, start: int, end: int, *, first: bool) -> bytes:
+    def _check_online(self) -> None:
+        # A local or in-memory filesystem asks no network; every other one may.
+        if offline() and not local_protocol(self._fs):
+            raise offline_error(self._url)
+
+    def s3_object(self) -> tuple[str, str, str, str | None] | None:
+        """``(endpoint, bucket, key, version id)`` of an S3 object (a persistent cache keys it
+        by these), None for any other filesystem. The endpoint is the one configured (an
+        S3-compatible store's), else ``"s3"`` (Amazon's)."""
+        if not self._is_s3:
+            return None
+        bucket, key, version = self._fs.split_path(self._path)
+        endpoint = (
+            getattr(self._fs, "endpoint_url", None)
+            or (getattr(self._fs, "client_kwargs", None) or {}).get("endpoint_url")
+            or os.environ.get("AWS_ENDPOINT_URL_S3")
+            or os.environ.get("AWS_ENDPOINT_URL")
+            or "s3"
+        )
+        return str(endpoint), bucket, key, version or None
+
+    async def open_prefix_unless(self, length: int, *, size: int, etag: str) -> Prefix | None:
+        """:meth:`open_prefix` of an S3 object, asked only if it no longer has ``etag``
+        (``IfNoneMatch``): None when S3 answers 304 (the version of ``size`` bytes with that
+        ETag is then taken as opened, see :meth:`assume_version`). One request either way.
+
+        Raises:
+            ValueError: not an S3 object; and what :meth:`open_prefix` raises.
+        """
+        if not self._is_s3:
+            raise ValueError(f"{self._url}: only an S3 object is revalidated")
+        data = await self._s3_get(0, length, first=True, unless=etag)
+        if data is None:
+            self.assume_version(size, etag)
+            return None
+        return Prefix(data, self._size, self._validator)
+
+    def assume_version(self, size: int, etag: str | None) -> None:
+        """Take the S3 object's version of ``size`` bytes with ``etag`` as opened, without a
+        request (a persistent cache holds its header): later reads send ``IfMatch`` with it."""
+        self._size = size
+        self._validator = etag
+
+    async def _s3_get(
+        self,
+        start: int,
+        end: int,
+        *,
+        first: bool,
+        suffix: bool = False,
+        unless: str | None = None,
+    ) -> bytes | None:
+        """Bytes ``[start, end)`` of the object in one GET (on the first request ``end`` may
+        lie beyond it; see :meth:`open_prefix`); with ``suffix`` (a first request) its last
+        ``end`` bytes instead; None when ``unless`` (an ETag, on the first request) still
+        names it (HTTP 304).
+
+        Raises:
+            OfflineError: offline mode is on (no request is sent).
+            BadResponseError, RemoteFileChangedError, and what :meth:`_translate` gives.
+        """
+        self._check_online()
         bucket, key, version = self._fs.split_path(self._path)
         extra: dict[str, Any] = {}
         if version:
             extra["VersionId"] = version
         if not first and self._validator is not None:
             extra["IfMatch"] = self._validator
+        if unless is not None:
+            extra["IfNoneMatch"] = unless
         try:
             response, data = await self._on_own_loop(
                 self._s3_get_object(
-                    Bucket=bucket, Key=key, Range=f"bytes={start}-{end - 1}", **extra
+                    Bucket=bucket,
+                    Key=key,
+                    Range=f"bytes=-{end}" if suffix else f"bytes={start}-{end - 1}",
+                    **extra,
                 )
             )
         except Exception as exc:
             if first and "InvalidRange" in _chain_text(exc):
                 self._size = 0  # an empty object has no byte 0
                 return b""
+            if unless is not None and _not_modified(exc):
+                return None
             raise self._translate(exc) from exc
         match = _CONTENT_RANGE.fullmatch(str(response.get("ContentRange", "")))
+        if match is None and suffix and not data and response.get("ContentLength") == 0:
+            self._size = 0  # an empty object answers a suffix range whole (no ContentRange)
+            self._validator = response.get("ETag")
+            return b""
         if match is None:
             raise BadResponseError(
                 f"{self._url}: a ranged GET came back without a usable ContentRange "
@@ -392,10 +511,12 @@ class FsspecSource(ByteSource):
                 f"ETag {self._validator}; now size {total}, ETag {etag})"
             )
         expected_end = min(end, total) if first else end
+        if suffix:
+            start, expected_end = max(0, total - end), total
         if int(match.group(1)) != start or int(match.group(2)) != expected_end - 1:
+            asked = f"the last {end} bytes" if suffix else f"bytes {start}-{end - 1}"
             raise BadResponseError(
-                f"{self._url}: asked for bytes {start}-{end - 1}, got ContentRange "
-                f"{response.get('ContentRange')!r}"
+                f"{self._url}: asked for {asked}, got ContentRange {response.get('ContentRange')!r}"
             )
         return data
 
@@ -464,6 +585,12 @@ def _http_guard(named: str, shown: str) -> Middleware:
 
 
 @functools.cache
+def _shared(fs: fsspec.AbstractFileSystem) -> bool:
+    """Whether fsspec keeps ``fs`` in its instance cache, so that others get it too."""
+    cache: dict[Any, Any] = getattr(type(fs), "_cache", {})
+    return cache.get(getattr(fs, "_fs_token", None)) is fs
+
+
 def _aiohttp_has_middlewares() -> bool:
     """Whether the aiohttp that fsspec's HTTP filesystem uses takes client middlewares."""
     aiohttp = sys.modules.get("aiohttp")
@@ -533,6 +660,19 @@ def _chain_text(exc: BaseException) -> str:
     return " ".join(repr(seen) for seen in _chain(exc))
 
 
+def _not_modified(exc: BaseException) -> bool:
+    """Whether a GET made with ``IfNoneMatch`` was answered 304 (botocore raises it)."""
+    for seen in _chain(exc):
+        response = getattr(seen, "response", None)
+        if isinstance(response, dict):
+            error = response.get("Error") or {}
+            meta = response.get("ResponseMetadata") or {}
+            code = str(error.get("Code"))
+            if code in ("304", "NotModified") or meta.get("HTTPStatusCode") == 304:
+                return True
+    return False
+
+
 def _refused_precondition(exc: BaseException) -> bool:
     """Whether a conditional read was refused: S3's ``PreconditionFailed`` (botocore), or an
     HTTP 412 (aiohttp's ``ClientResponseError.status`` under fsspec's HTTP filesystem)."""
@@ -540,3 +680,9 @@ def _refused_precondition(exc: BaseException) -> bool:
     if "PreconditionFailed" in text or "pre-conditions" in text:
         return True
     return any(getattr(seen, "status", None) == 412 for seen in _chain(exc))
+
+
+def local_protocol(fs: fsspec.AbstractFileSystem) -> bool:
+    """Whether ``fs`` reads this machine only (local files, memory): allowed offline."""
+    protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
+    return protocol in ("file", "local", "memory")

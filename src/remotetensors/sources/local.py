@@ -6,7 +6,7 @@ import asyncio
 import os
 
 from ..errors import NotFoundError, PermissionDeniedError, RemoteFileChangedError
-from .base import BlockingSource, ByteSource, Prefix
+from .base import BlockingSource, ByteSource, Prefix, Suffix
 from .recipe import SourceRecipe
 
 _THREAD_MIN_BYTES = 4 * 1024 * 1024
@@ -43,6 +43,17 @@ class LocalSource(ByteSource):
 
     def open_prefix_now(self, length: int) -> Prefix:
         """``open_prefix`` in the calling thread (a local open and read take microseconds)."""
+        fd = self._open_now()
+        data = os.pread(fd, min(length, self._size), 0)
+        return Prefix(data, self._size, self._validator)
+
+    async def open_suffix(self, length: int) -> Suffix:
+        fd = self._open_now()
+        start = max(0, self._size - length)
+        return Suffix(os.pread(fd, self._size - start, start), self._size, self._validator)
+
+    def _open_now(self) -> int:
+        """Open the file and learn its size and validator; the descriptor."""
         try:
             fd = os.open(self._path, os.O_RDONLY | getattr(os, "O_BINARY", 0))
         except FileNotFoundError:
@@ -57,8 +68,7 @@ class LocalSource(ByteSource):
         self._size = stat.st_size
         self._validator = self._stat_validator(stat)
         self._identity = (stat.st_size, stat.st_mtime_ns, stat.st_ino)  # what _validator says
-        data = os.pread(fd, min(length, self._size), 0)
-        return Prefix(data, self._size, self._validator)
+        return fd
 
     def recipe(self) -> SourceRecipe:
         if self._fd is None:

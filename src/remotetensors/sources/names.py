@@ -7,7 +7,10 @@ from __future__ import annotations
 
 from urllib.parse import urlsplit
 
-FILE_SUFFIXES = (".safetensors", ".bt", ".json", ".gguf")
+TORCH_SUFFIXES = (".bin", ".pt", ".pth")
+"""Names of PyTorch files (``torch.save``): read from their end, where a zip keeps its index."""
+
+FILE_SUFFIXES = (".safetensors", ".bt", ".json", ".gguf", *TORCH_SUFFIXES)
 """Locations (and hub paths) ending in these name a file; any other names a folder, prefix or
 repo: ``hf://gpt2/model.gguf`` is the file ``model.gguf`` of the one-word repo ``gpt2``."""
 
@@ -15,6 +18,11 @@ repo: ``hf://gpt2/model.gguf`` is the file ``model.gguf`` of the one-word repo `
 def names_file(name: str) -> bool:
     """Whether ``name`` (a path or URL's last part, its query ignored) names a file."""
     return name.split("?", 1)[0].endswith(FILE_SUFFIXES)
+
+
+def names_torch_file(name: str) -> bool:
+    """Whether ``name`` (a path or URL, its query ignored) names a PyTorch file."""
+    return name.split("?", 1)[0].endswith(TORCH_SUFFIXES)
 
 
 def scheme_of(location: str) -> str:

@@ -17,9 +17,13 @@ from urllib.parse import unquote, urlsplit
 from ..errors import LocationError
 from ..redact import redact_url
 from .base import CountingSource, Traffic
+from .cache.offline import offline, offline_error
+from .cache.store import default_store
+from .http.cached import HttpCachedSource
 from .http.client import HttpOptions
 from .http.source import HttpSource
-from .hub.repo import HubPath, HubRepo, is_hub_location
+from .hub.cached import HubCachedSource
+from .hub.repo import HubPath, HubRepo, HubSource, is_hub_location
 from .local import LocalSource
 from .names import names_file, scheme_of
 
@@ -27,6 +31,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from .base import ByteSource
+    from .cache.store import CacheStore
     from .http.client import Client
 
 
@@ -51,9 +56,20 @@ class Place(ABC):
     def _source(self, name: str) -> ByteSource:
         """A source for file ``name``, not counted."""
 
-    def open(self, name: str) -> ByteSource:
-        """A source for file ``name`` of this place, its reads counted in ``traffic[name]``."""
-        return CountingSource(self._source(name), self.traffic.setdefault(name, Traffic()))
+    def open(self, name: str) -> CountingSource:
+        """A source for file ``name`` of this place, its reads counted in ``traffic[name]``
+        (and, where the place has a persistent cache, that cache in front of it)."""
+        return self._counted(self._source(name), self.traffic.setdefault(name, Traffic()))
+
+    def _counted(self, source: ByteSource, traffic: Traffic) -> CountingSource:
+        """``source`` counted in ``traffic``; a place with a cache puts it in front."""
+        return CountingSource(source, traffic)
+
+    @abstractmethod
+    def child(self, folder: str) -> Place:
+        """The place of ``folder`` (a relative path, no ``..``) inside this one, with its own
+        ``traffic`` (names relative to it); a hub folder shares this repo and its pinned commit,
+        so a model read from several folders comes from one commit."""
 
     async def list_files(self) -> list[str] | None:
         """The names of the files in this place (relative paths; recursive for a hub repo), or
@@ -78,6 +94,9 @@ class LocalPlace(Place):
 
     def location(self, name: str) -> str:
         return os.path.join(self.folder, name)
+
+    def child(self, folder: str) -> LocalPlace:
+        return LocalPlace(self.location(folder))
 
     def _source(self, name: str) -> ByteSource:
         return open_source(self.location(name))
@@ -104,6 +123,8 @@ class HttpPlace(Place):
     queries: Mapping[str, str] = field(default_factory=dict)
     """File name -> the query of its URL (``"?X-Amz-Signature=..."``), for the file the user
     named with one: its name (in the model's files, tables and traffic) carries no secret."""
+    store: CacheStore | None = None
+    """The persistent cache in front of the files, or None."""
 
     def location(self, name: str) -> str:
         return redact_url(self._url(name))
@@ -112,11 +133,19 @@ class HttpPlace(Place):
         return f"{self.base}/{name}{self.queries.get(name, '')}"
 
     def _source(self, name: str) -> ByteSource:
-        return open_source(self._url(name), http_options=self.http_options, client=self.client)
+        return HttpSource(self._url(name), client=self.client, options=self.http_options)
+
+    def _counted(self, source: ByteSource, traffic: Traffic) -> CountingSource:
+        if self.store is not None and isinstance(source, HttpSource):
+            return HttpCachedSource(source, traffic, self.store)
+        return CountingSource(source, traffic)
 
     def __repr__(self) -> str:
         # Not the dataclass's: the base may hold a password, the queries signatures.
         return f"HttpPlace({redact_url(self.base)!r})"
+
+    def child(self, folder: str) -> HttpPlace:
+        return HttpPlace(f"{self.base}/{folder}", self.http_options, self.client)
 
 
 @dataclass
@@ -133,6 +162,8 @@ class FsspecPlace(Place):
     traffic: dict[str, Traffic] = field(default_factory=dict)
     queries: Mapping[str, str] = field(default_factory=dict)
     """File name -> the query of its URL, as for :class:`HttpPlace`."""
+    store: CacheStore | None = None
+    """The persistent cache in front of the files (S3 objects only), or None."""
 
     def location(self, name: str) -> str:
         return redact_url(self._url(name))
@@ -141,19 +172,29 @@ class FsspecPlace(Place):
         return f"{self.base}/{name}{self.queries.get(name, '')}"
 
     def _source(self, name: str) -> ByteSource:
-        return open_source(self._url(name), storage_options=self.storage_options)
+        return open_source(self._url(name), storage_options=self.storage_options, cache=False)
+
+    def _counted(self, source: ByteSource, traffic: Traffic) -> CountingSource:
+        return _s3_cached(source, traffic, self.store) or CountingSource(source, traffic)
 
     def __repr__(self) -> str:
         # Not the dataclass's: the storage options hold credentials, the queries signatures.
         return f"FsspecPlace({redact_url(self.base)!r})"
+
+    def child(self, folder: str) -> FsspecPlace:
+        return FsspecPlace(f"{self.base}/{folder}", self.storage_options)
 
     async def list_files(self) -> list[str] | None:
         import asyncio
 
         import fsspec
 
+        from .fsspec import local_protocol
+
         def listing() -> list[str]:
             fs, path = fsspec.core.url_to_fs(self.base, **dict(self.storage_options or {}))
+            if offline() and not local_protocol(fs):
+                raise offline_error(self.location(""), "its listing")
             try:
                 entries = fs.ls(path, detail=False)
             except FileNotFoundError:
@@ -182,6 +223,15 @@ class HubPlace(Place):
     def _source(self, name: str) -> ByteSource:
         return self.repo.source(self.path.child(name).path)
 
+    def child(self, folder: str) -> HubPlace:
+        return HubPlace(self.repo, self.path.child(folder))
+
+    def _counted(self, source: ByteSource, traffic: Traffic) -> CountingSource:
+        store = self.repo.store
+        if store is not None and isinstance(source, HubSource):
+            return HubCachedSource(source, traffic, store)
+        return CountingSource(source, traffic)
+
     async def list_files(self) -> list[str] | None:
         return await self.repo.list_files(self.path.path)
 
@@ -194,11 +244,14 @@ def split_location(
     http_options: HttpOptions | None = None,
     client: Client | None = None,
     storage_options: Mapping[str, Any] | None = None,
+    cache: bool = True,
 ) -> tuple[Place, str | None]:
     """The place of a model location, and the file name when it names one file.
 
     No IO happens here, except asking a local path whether it is a folder: whether remote
-    files exist is found out by opening them.
+    files exist is found out by opening them. ``cache``: put the persistent cache
+    (:func:`.cache.store.default_store`) in front of the place's files where it keeps them
+    (hub repos, HTTP servers).
     """
     text = os.fspath(location)
     scheme = scheme_of(text)
@@ -210,7 +263,8 @@ def split_location(
         if names_file(parsed.path):
             folder, name = posixpath.split(parsed.path)
             parsed = HubPath(parsed.repo_type, parsed.repo_id, parsed.revision, folder)
-        repo = HubRepo(parsed, token=token, http_options=http_options, client=client)
+        store = _store(cache)
+        repo = HubRepo(parsed, token=token, http_options=http_options, client=client, store=store)
         return HubPlace(repo, parsed), name
     if scheme in ("", "file"):
         path = unquote(urlsplit(text).path) if scheme == "file" else text
@@ -226,8 +280,8 @@ def split_location(
         name, mark, query = last.partition("?")
         base, queries = head, ({name: mark + query} if mark else {})
     if scheme in ("http", "https"):
-        return HttpPlace(base, http_options, client, queries=queries), name
-    return FsspecPlace(base, storage_options, queries=queries), name
+        return HttpPlace(base, http_options, client, queries=queries, store=_store(cache)), name
+    return FsspecPlace(base, storage_options, queries=queries, store=_store(cache)), name
 
 
 def open_local_source(location: str | os.PathLike[str]) -> LocalSource | None:
@@ -250,13 +304,21 @@ def open_source(
     storage_options: Mapping[str, Any] | None = None,
     token: str | bool | None = None,
     revision: str | None = None,
+    cache: bool = True,
 ) -> ByteSource:
     """The source for one file: ``http(s)://``, ``hf://``, ``file://``, a local path, or any
-    other fsspec URL (``s3://``, ``gs://``, ``memory://``, ``simplecache::s3://``, ...)."""
+    other fsspec URL (``s3://``, ``gs://``, ``memory://``, ``simplecache::s3://``, ...);
+    ``cache``: with the persistent cache in front where it keeps files (see
+    :func:`split_location`)."""
     text = os.fspath(location)
     if is_hub_location(text):
         place, name = split_location(
-            text, revision=revision, token=token, http_options=http_options, client=client
+            text,
+            revision=revision,
+            token=token,
+            http_options=http_options,
+            client=client,
+            cache=cache,
         )
         if name is None:
             raise LocationError(f"{text}: names a repo or folder, not a file; use open_model")
@@ -265,8 +327,31 @@ def open_source(
     if local is not None:
         return local
     if scheme_of(text) in ("http", "https"):
-        return HttpSource(text, client=client, options=http_options)
+        http = HttpSource(text, client=client, options=http_options)
+        store = _store(cache)
+        return http if store is None else HttpCachedSource(http, None, store)
     # Imported here: fsspec costs ~100 ms to import, and only fsspec URLs need it.
     from .fsspec import FsspecSource
 
-    return FsspecSource(text, storage_options=storage_options)
+    source = FsspecSource(text, storage_options=storage_options)
+    return _s3_cached(source, None, _store(cache)) or source
+
+
+def _s3_cached(
+    source: ByteSource, traffic: Traffic | None, store: CacheStore | None
+) -> CountingSource | None:
+    """``source`` (an fsspec location's) with the cache in front, when it is an S3 object and
+    there is a cache."""
+    if store is None:
+        return None
+    from .fsspec import FsspecSource
+    from .s3_cached import S3CachedSource
+
+    if not isinstance(source, FsspecSource) or source.s3_object() is None:
+        return None
+    return S3CachedSource(source, traffic, store)
+
+
+def _store(cache: bool) -> CacheStore | None:
+    """The persistent cache when ``cache`` asks for it (see :func:`.cache.store.default_store`)."""
+    return default_store() if cache else None

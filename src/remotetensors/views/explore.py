@@ -46,10 +46,13 @@ def model_tree(model: AsyncModel) -> Tree:
 
 
 def _summary(model: AsyncModel) -> list[str]:
-    from .reports import declared_words, quantization_words
+    from .reports import active_words, declared_words, quantization_words
 
     count = model.true_count
     lines = []
+    if count.moe is not None:
+        active = active_words(count.active, count.active_exact, count.moe.as_dict())
+        lines.append(f"mixture of experts: {active}")
     if count.quantization is not None:
         lines.append(f"quantized: {quantization_words(count.quantization.as_dict())}")
     if not count.exact:
@@ -71,10 +74,11 @@ def _memory_line(model: AsyncModel) -> str | None:
         return None
     if estimate.kv_cache_bytes is None or not estimate.context:
         return None
+    at_most = "at most " if estimate.kv_cache_bound else ""
     return (
         f"memory to serve one sequence of {estimate.context:,} tokens: weights "
-        f"{human_bytes(estimate.weights_bytes)} + KV cache {human_bytes(estimate.kv_cache_bytes)}"
-        f" = {human_bytes(estimate.total_bytes)}"
+        f"{human_bytes(estimate.weights_bytes)} + KV cache {at_most}"
+        f"{human_bytes(estimate.kv_cache_bytes)} = {at_most}{human_bytes(estimate.total_bytes)}"
     )
 
 

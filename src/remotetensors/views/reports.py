@@ -9,7 +9,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..index import bits_per_weight
+from ..quantization.moe import ACTIVE_CONVENTION
 from .display import human_bytes, human_count
+from .pipelines import parts_lines, parts_report
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -64,21 +66,66 @@ def true_count_lines(count: ParameterCount) -> list[str]:
     return lines
 
 
+def _moe_summary(count: ParameterCount) -> dict[str, Any] | None:
+    return count.moe.as_dict() if count.moe is not None else None
+
+
+def active_words(
+    active: int | None,
+    exact: bool,
+    moe: Mapping[str, Any] | None,
+    *,
+    phrase: str = "active per token",
+) -> str | None:
+    """``"12.9B active per token (12,879,925,248): 2 of 8 routed experts in 32 MoE layers"``
+    (``phrase`` between the count and its digits); None for a dense model (all of it is
+    active)."""
+    if moe is None:
+        return None
+    experts = (
+        f"{moe['experts_per_token']} of {moe['experts']} routed experts"
+        if moe["experts_per_token"] is not None
+        else f"{moe['experts']} routed experts"
+    )
+    if moe["shared_experts"]:
+        experts += f" and {moe['shared_experts']} shared"
+    where = f"{experts} in {moe['moe_layers']} MoE layer(s)"
+    if active is None:
+        why = (
+            "the config does not say how many experts a token uses"
+            if moe["experts_per_token"] is None
+            else "the routed experts could not be found or counted in the tensors"
+        )
+        return f"{phrase}: unknown ({why}); {where}"
+    bound = "" if exact else ", not exact"
+    return f"{human_count(active)} {phrase} ({active:,}{bound}): {where}"
+
+
 def params_report(model: Model) -> dict[str, Any]:
     """``params --json``: the true total first, the quantization, then counts as stored.
 
-    Keys: ``parameters`` (true total), ``exact``, ``quantization`` (null or an object with
+    Keys: ``parameters`` (true total), ``exact``, ``active_parameters`` (used per token: the
+    total for a dense model; null when unknown), ``active_exact``, ``active_convention``,
+    ``moe`` (null, or ``experts``, ``experts_per_token``, ``shared_experts``, ``moe_layers``,
+    ``expert_parameters``, ``expert_bytes``, ``layer_experts_bytes``,
+    ``inactive_parameters``), ``quantization`` (null or an object with
     ``method``, ``bits``, ``group_size``, …), ``declared_parameters``, ``stored_parameters``,
     ``parameters_by_dtype`` (true counts by stored dtype), ``unpacked_tensors``,
     ``auxiliary_tensors``; and, as before, ``total`` and ``by_dtype`` (elements as stored, the
     hub's count), ``bytes``, ``files`` and ``bits_per_weight`` (bits of storage per stored
-    element, per dtype); ``bits_per_parameter`` is the data's bits per true parameter.
+    element, per dtype); ``bits_per_parameter`` is the data's bits per true parameter. A
+    pipeline adds ``pipeline`` and ``components``, an adapter ``adapter``
+    (:func:`.pipelines.parts_report`).
     """
     count = model.true_count
     stored = model.parameter_count()
     return {
         "parameters": count.total,
         "exact": count.exact,
+        "active_parameters": count.active,
+        "active_exact": count.active_exact,
+        "active_convention": ACTIVE_CONVENTION,
+        "moe": _moe_summary(count),
         "quantization": count.quantization.as_dict() if count.quantization else None,
         "declared_parameters": count.declared_total,
         "stored_parameters": count.stored_total,
@@ -91,6 +138,7 @@ def params_report(model: Model) -> dict[str, Any]:
         "files": len(model.files),
         "bits_per_weight": bits_per_weight(model.tensors.values()),
         "bits_per_parameter": model.nbytes * 8 / count.total if count.total else None,
+        **parts_report(model),
     }
 
 
@@ -105,13 +153,19 @@ def params_text(report: dict[str, Any]) -> tuple[list[str], list[str], list[list
     if report["quantization"] is not None and report["bits_per_parameter"]:
         first += f", {report['bits_per_parameter']:.2f} bits per parameter"
     lines = [first]
+    active = active_words(report["active_parameters"], report["active_exact"], report["moe"])
+    if active is not None:
+        lines.append(active)
+    lines.extend(parts_lines(report))
     quantization = report["quantization"]
     if quantization is not None:
-        lines.append(
-            f"quantized: {quantization_words(quantization)}; {report['unpacked_tensors']} "
-            f"packed tensor(s) unpacked, {report['auxiliary_tensors']} bookkeeping tensor(s) "
-            "left out"
-        )
+        line = f"quantized: {quantization_words(quantization)}"
+        if report["unpacked_tensors"] or report["auxiliary_tensors"]:  # GGUF has neither
+            line += (
+                f"; {report['unpacked_tensors']} packed tensor(s) unpacked, "
+                f"{report['auxiliary_tensors']} bookkeeping tensor(s) left out"
+            )
+        lines.append(line)
     declared = declared_words(total, report["declared_parameters"])
     if declared is not None:
         lines.append(declared)
@@ -138,6 +192,7 @@ def memory_report(
     return {
         "location": model.location,
         "parameters": model.num_parameters,
+        "active_parameters": model.num_active_parameters,
         "quantization": model.quantization.as_dict() if model.quantization else None,
         **estimate.as_dict(),
     }
@@ -146,6 +201,9 @@ def memory_report(
 def memory_text(report: dict[str, Any]) -> list[str]:
     """The human form of :func:`memory_report`."""
     how = quantization_words(report["quantization"])
+    active = report.get("active_parameters")
+    if active is not None and active != report["parameters"]:
+        how = f"{human_count(active)} active per token; {how}"
     lines = [
         f"{report['location']}: {human_count(report['parameters'])} parameters ({how})",
         f"  weights   {human_bytes(report['weights_bytes']):>10}  as stored",
@@ -157,10 +215,22 @@ def memory_text(report: dict[str, Any]) -> list[str]:
         layers = f"{report['full_layers']} full-context layer(s)"
         if report["window_layers"]:
             layers += f", {report['window_layers']} capped at {report['window_tokens']:,} tokens"
+        if report["constant_layers"]:
+            layers += f", {report['constant_layers']} of constant state"
+        at_most = "at most " if report.get("kv_cache_bound") else ""
         lines.append(
-            f"  KV cache  {human_bytes(kv):>10}  {report['context']:,} tokens x "
+            f"  KV cache  {at_most}{human_bytes(kv):>10}  {report['context']:,} tokens x "
             f"{report['batch']} sequence(s), {report['kv_dtype']}, {report['attention']}, "
             f"{human_bytes(report['kv_bytes_per_token'])} per token; {layers}"
+        )
+        if report.get("kv_cache_bound"):
+            lines.append(f"            {report['kv_cache_bound']}")
+    experts = report.get("experts")
+    if experts and experts["moe_layers"]:  # none when no tensor was recognised as an expert
+        lines.append(
+            f"  experts   {human_bytes(experts['expert_bytes']):>10}  one routed expert; "
+            f"{human_bytes(experts['layer_experts_bytes'])} per layer's "
+            f"{experts['experts']} experts, in {experts['moe_layers']} MoE layer(s)"
         )
     lines.append(f"  total     {human_bytes(report['total_bytes']):>10}")
     return lines

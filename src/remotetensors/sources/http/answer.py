@@ -11,6 +11,8 @@ what it is:
   :class:`RangeNotSupportedError`, its body never read;
 - :class:`Empty`: an empty file (a first 416 with ``Content-Range: bytes */0``, or a first 200
   from 0 with ``Content-Length: 0``);
+- :class:`Unchanged`: a first 304, the answer to a request made conditional on the file no
+  longer being a version a persistent cache holds (``If-None-Match``, ``If-Modified-Since``);
 - :class:`Follow`: a redirect to follow (no transport follows any itself: every hop, on the
   first request and on later ones, is judged here by :func:`follow`, and its headers chosen by
   :func:`.policy.headers_for`); a redirect that must not be followed is :class:`Failed` with a
@@ -63,6 +65,8 @@ class Asked(NamedTuple):
     URLs it was redirected from so far, oldest first (``()`` before any redirect).
 
     On the first request ``end`` may lie beyond the file: the answer then stops at its end.
+    A ``suffix`` request (a first one only) asks for the file's last ``end`` bytes
+    (``Range: bytes=-end``; ``start`` is 0), all of it when it is shorter.
     (This and the decisions are named tuples: immutable, and a third of a frozen dataclass's
     cost to build, which every request pays.)"""
 
@@ -70,6 +74,13 @@ class Asked(NamedTuple):
     end: int
     first: bool
     visited: tuple[str, ...] = ()
+    suffix: bool = False
+
+    def range_text(self) -> str:
+        """The bytes asked, in words for messages (``bytes 10-19``, ``the last 64 bytes``)."""
+        if self.suffix:
+            return f"the last {self.end} bytes"
+        return f"bytes {self.start}-{self.end - 1}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +110,12 @@ class Empty(NamedTuple):
     """An empty file; ``body`` when the answer's (empty) body is the file's (a 200)."""
 
     body: bool
+
+
+class Unchanged(NamedTuple):
+    """A first 304: the file is still the version the request named; no body."""
+
+    etag: str | None
 
 
 class Follow(NamedTuple):
@@ -134,7 +151,7 @@ class Failed(NamedTuple):
     error: Exception
 
 
-Decision = Partial | Whole | Empty | Follow | Retry | Reresolve | Refused | Failed
+Decision = Partial | Whole | Empty | Unchanged | Follow | Retry | Reresolve | Refused | Failed
 
 
 def decide(head: Head, asked: Asked, pin: VersionPin, terms: Terms) -> Decision:
@@ -156,6 +173,8 @@ def decide(head: Head, asked: Asked, pin: VersionPin, terms: Terms) -> Decision:
         return _whole(headers, asked, terms)
     if status == 416 and asked.first:
         return _empty(headers, terms.shown)
+    if status == 304 and asked.first:
+        return Unchanged(headers.get("ETag"))
     if status in REDIRECT_STATUSES and "Location" in headers:
         return follow(url, headers["Location"], asked.visited, terms.shown)
     if status in RETRY_STATUSES:
@@ -221,16 +240,19 @@ def _partial(headers: ResponseHeaders, asked: Asked, pin: VersionPin, shown: str
     match = _CONTENT_RANGE.match(header)
     if match is None or match.group(3) == "*":
         raise BadResponseError(
-            f"{shown}: asked for bytes {start}-{end - 1}, got HTTP 206 with "
+            f"{shown}: asked for {asked.range_text()}, got HTTP 206 with "
             f"Content-Range {header!r}, which does not give the file size"
         )
     first_byte, last_byte, total = int(match.group(1)), int(match.group(2)), int(match.group(3))
     if not asked.first:
         pin.check(headers, total, shown)
-    expected_last = min(end, total) - 1 if asked.first else end - 1
+    if asked.suffix:  # the last ``end`` bytes, or the whole file when it is shorter
+        start, expected_last = max(0, total - end), total - 1
+    else:
+        expected_last = min(end, total) - 1 if asked.first else end - 1
     if first_byte != start or last_byte != expected_last:
         raise BadResponseError(
-            f"{shown}: asked for bytes {start}-{end - 1}, got Content-Range {header!r} "
+            f"{shown}: asked for {asked.range_text()}, got Content-Range {header!r} "
             f"(expected bytes {start}-{expected_last}/{total})"
         )
     return Partial(last_byte - first_byte + 1, total)

@@ -36,6 +36,12 @@ class VersionPin:
         modified = headers.get("Last-Modified")
         self.last_modified = modified.strip() if modified else None
 
+    def restore(self, size: int, etag: str | None, last_modified: str | None) -> None:
+        """Pin a version known without an answer (kept by the persistent cache)."""
+        self.size = size
+        self.etag = etag
+        self.last_modified = last_modified
+
     @property
     def validator(self) -> str | None:
         """What identifies the version opened: the ETag, else ``Last-Modified``."""

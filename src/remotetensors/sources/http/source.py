@@ -52,7 +52,8 @@ from ...errors import BadResponseError, RequestTimeoutError, TransportError
 from ...ranges import ByteRange
 from ...redact import redact_url
 from ...status import Retrying, retrying
-from ..base import ByteSource, Prefix
+from ..base import ByteSource, Prefix, Suffix
+from ..cache.offline import offline, offline_error
 from ..ratelimit import RouteLimiter, limiter_for
 from ..recipe import SourceRecipe
 from . import client as client_module
@@ -67,6 +68,7 @@ from .answer import (
     Reresolve,
     Retry,
     Terms,
+    Unchanged,
     Whole,
     decide,
     range_ignored,
@@ -158,6 +160,8 @@ class HttpSource(ByteSource):
         self._reresolved = False  # a file's redirect is resolved again at most once
         self._pin = VersionPin()
         self._whole_body: bytes | None = None
+        self._unless: dict[str, str] = {}  # the first request's conditions (open_prefix_unless)
+        self._unchanged = False  # the first request was answered 304
         self._verified = False  # _data_url answered a ranged GET (a caller's client: go direct)
         self._raw: RawRangeClient | None = None
         self._proxied: bool | None = None  # a proxy in the environment (a caller's client)
@@ -177,6 +181,12 @@ class HttpSource(ByteSource):
     def location(self) -> str:
         """The URL without its secrets (password, signatures, tokens: ``***``)."""
         return self._shown
+
+    @property
+    def given_url(self) -> str:
+        """The URL as given, secrets and all (what a persistent cache keys the file by: it
+        keeps only a hash of it)."""
+        return self._given_url
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self._shown}>"
@@ -259,6 +269,59 @@ class HttpSource(ByteSource):
         # A copy, not a resize: a retried attempt's traceback may still hold a view of buffer.
         return Prefix(bytes(buffer[:received]), self._pin.size, self._pin.validator)
 
+    async def open_suffix(self, length: int) -> Suffix:
+        """The file's last ``length`` bytes and its size in one request
+        (``Range: bytes=-length``), judged as strictly as a prefix (see :func:`.answer.decide`).
+        """
+        if length <= 0:
+            raise ValueError(f"the suffix length must be positive, got {length}")
+        buffer = bytearray(length)
+        received = await self._fetch(0, length, memoryview(buffer), first=True, suffix=True)
+        assert self._pin.size is not None
+        return Suffix(bytes(buffer[:received]), self._pin.size, self._pin.validator)
+
+    async def open_prefix_unless(
+        self, length: int, *, size: int, etag: str | None, last_modified: str | None
+    ) -> Prefix | None:
+        """:meth:`open_prefix`, asked only if the file is no longer the version of ``size``
+        bytes with these validators (a strong ETag as ``If-None-Match``, else
+        ``Last-Modified`` as ``If-Modified-Since``): None when the server answers 304 (the
+        version is then taken as opened, see :meth:`assume_version`), else the new version's
+        prefix. One request either way.
+
+        Raises:
+            ValueError: neither validator can make the request conditional.
+            and what :meth:`open_prefix` raises.
+        """
+        if etag is not None and not etag.startswith("W/"):
+            self._unless = {"If-None-Match": etag}
+        elif last_modified is not None:
+            self._unless = {"If-Modified-Since": last_modified}
+        else:
+            raise ValueError(f"{self._shown}: no strong validator to revalidate with")
+        self._unchanged = False
+        try:
+            buffer = bytearray(length)
+            received = await self._fetch(0, length, memoryview(buffer), first=True)
+        finally:
+            self._unless = {}
+        if self._unchanged:
+            self.assume_version(size, etag, last_modified)
+            return None
+        assert self._pin.size is not None
+        return Prefix(bytes(buffer[:received]), self._pin.size, self._pin.validator)
+
+    def version_validators(self) -> tuple[str | None, str | None]:
+        """The ``ETag`` and ``Last-Modified`` of the version opened (None until opened, and
+        for each the answer did not carry)."""
+        return self._pin.etag, self._pin.last_modified
+
+    def assume_version(self, size: int, etag: str | None, last_modified: str | None) -> None:
+        """Take the version of ``size`` bytes with these validators as opened, without a
+        request (a persistent cache holds its header): later reads are tied to it as to the
+        version a first answer shows (conditions sent, every answer checked)."""
+        self._pin.restore(size, etag, last_modified)
+
     async def read_into(self, start: int, buffer: memoryview) -> None:
         end = start + len(buffer)
         size = self._pin.size
@@ -277,12 +340,21 @@ class HttpSource(ByteSource):
 
     # --- attempts, retries and resumes ----------------------------------------------------------
 
-    async def _fetch(self, start: int, end: int, buffer: memoryview, *, first: bool) -> int:
+    async def _fetch(
+        self, start: int, end: int, buffer: memoryview, *, first: bool, suffix: bool = False
+    ) -> int:
         """Fill ``buffer`` with bytes [start, end), resuming and retrying; returns bytes written.
 
         On the first request ``end`` may exceed the file: the answer then stops at its end.
-        Every attempt runs under the throughput floor, and all of them under the deadline.
+        A ``suffix`` request (a first one) fills it with the file's last ``end`` bytes instead
+        (``start`` is 0). Every attempt runs under the throughput floor, and all of them under
+        the deadline.
+
+        Raises:
+            OfflineError: offline mode is on (no request is sent).
         """
+        if offline():
+            raise offline_error(self._shown)
         options = self._options
         deadline = (
             None
@@ -297,11 +369,20 @@ class HttpSource(ByteSource):
             await self._limiter_of(self._data_url).acquire()
             try:
                 got = await self._guarded(
-                    start + received, end, buffer[received:], first=first, deadline=deadline
+                    start + received,
+                    end,
+                    buffer[received:],
+                    first=first,
+                    suffix=suffix,
+                    deadline=deadline,
                 )
                 return received + got
             except _Truncated as cut:
                 received += cut.received
+                if suffix and self._pin.size is not None:
+                    # The answer said where the suffix starts: resume as a plain range.
+                    start, end = max(0, self._pin.size - end), self._pin.size
+                    suffix = False
                 first = False
                 missing = min(end, self._pin.size or end) - start - received
                 end = min(end, self._pin.size or end)
@@ -339,7 +420,14 @@ class HttpSource(ByteSource):
             await asyncio.sleep(wait)
 
     async def _guarded(
-        self, start: int, end: int, buffer: memoryview, *, first: bool, deadline: float | None
+        self,
+        start: int,
+        end: int,
+        buffer: memoryview,
+        *,
+        first: bool,
+        deadline: float | None,
+        suffix: bool = False,
     ) -> int:
         """One attempt, cancelled when it falls below the throughput floor or the deadline.
 
@@ -373,7 +461,8 @@ class HttpSource(ByteSource):
             elif meter.bytes - mark < floor:
                 tripped.append(
                     RequestTimeoutError(
-                        f"{self._shown}: bytes {start}-{end - 1} arrived at "
+                        f"{self._shown}: {Asked(start, end, first, suffix=suffix).range_text()} "
+                        "arrived at "
                         f"{(meter.bytes - mark) / window:.0f} bytes/s over the last "
                         f"{window:g} s, below min_bytes_per_second="
                         f"{options.min_bytes_per_second:g}; the server is too slow or stalling",
@@ -388,7 +477,9 @@ class HttpSource(ByteSource):
 
         timer = arm()
         try:
-            return await self._one_request(start, end, buffer, first=first, meter=meter)
+            return await self._one_request(
+                start, end, buffer, first=first, meter=meter, suffix=suffix
+            )
         except asyncio.CancelledError:
             if tripped and withdraw_own_cancel(task):
                 raise tripped[0] from None
@@ -417,7 +508,9 @@ class HttpSource(ByteSource):
         """Whether ``url`` (where the URL named redirected to) is of another origin."""
         return url != self._url and origin(url) != self._origin
 
-    def _headers(self, start: int, end: int, *, first: bool, foreign: bool) -> dict[str, str]:
+    def _headers(
+        self, start: int, end: int, *, first: bool, foreign: bool, suffix: bool = False
+    ) -> dict[str, str]:
         """The headers of a request to the URL named or where it redirected to, ``foreign``
         when that is another origin.
 
@@ -428,16 +521,25 @@ class HttpSource(ByteSource):
         if self._basic_auth and not any(name.lower() == "authorization" for name in given):
             given = {**given, "Authorization": self._basic_auth}
         headers = dict(carried(given.items(), foreign=foreign))
-        headers["Range"] = ByteRange(start, end).header_value()
+        headers["Range"] = f"bytes=-{end}" if suffix else ByteRange(start, end).header_value()
         headers["Accept-Encoding"] = "identity"
         if not first:
             self._pin.add_conditions(headers)
+        else:
+            headers.update(self._unless)
         return headers
 
     # --- one request ----------------------------------------------------------------------------
 
     async def _one_request(
-        self, start: int, end: int, buffer: memoryview, *, first: bool, meter: Meter
+        self,
+        start: int,
+        end: int,
+        buffer: memoryview,
+        *,
+        first: bool,
+        meter: Meter,
+        suffix: bool = False,
     ) -> int:
         """One attempt, through the transport :meth:`_transport` picks, following redirects
         hop by hop (:func:`.answer.follow` judges each, :meth:`_headers` chooses its headers).
@@ -448,7 +550,7 @@ class HttpSource(ByteSource):
         keep its connection), and a head that cannot be used leaves its body unread.
         """
         transport = self._transport(first=first)
-        asked = Asked(start, end, first)
+        asked = Asked(start, end, first, suffix=suffix)
         url = self._data_url
         answers: list[tuple[Head, Decision | Exception]] = []  # the answer to the current hop
         whole: list[bytearray] = []
@@ -485,7 +587,7 @@ class HttpSource(ByteSource):
                 try:
                     body_read = await transport.get(
                         url,
-                        self._headers(start, end, first=first, foreign=foreign),
+                        self._headers(start, end, first=first, foreign=foreign, suffix=suffix),
                         accept,
                         meter,
                         foreign=foreign,
@@ -516,37 +618,48 @@ class HttpSource(ByteSource):
                     asked = asked._replace(visited=(*asked.visited, url))
                     self._data_url = decision.url
                     continue
-                return self._conclude(decision, head, body_read, start, end, buffer, whole)
+                return self._conclude(decision, head, body_read, asked, buffer, whole)
 
     def _conclude(
         self,
         decision: Decision,
         head: Head,
         body_read: bool,
-        start: int,
-        end: int,
+        asked: Asked,
         buffer: memoryview,
         whole: list[bytearray],
     ) -> int:
         """What a decided answer that is no redirect to follow gives: bytes, or an error."""
         headers = head.headers
+        start, end = asked.start, asked.end
         if isinstance(decision, Partial):
             if not body_read:
                 raise BadResponseError(
-                    f"{self._shown}: the body announced for bytes {start}-{end - 1} "
+                    f"{self._shown}: the body announced for {asked.range_text()} "
                     f"(Content-Length {headers.get('Content-Length')}, Transfer-Encoding "
                     f"{headers.get('Transfer-Encoding')}) is longer than or differs from the "
-                    f"{min(end, self._pin.size or end) - start} bytes that Content-Range "
-                    "announced"
+                    f"{decision.length} bytes that Content-Range announced"
                 )
             self._verified = True
             return decision.length
         if isinstance(decision, Whole):
             if not body_read:
                 raise range_ignored(headers.get("Content-Length"), start, end, self._shown)
-            return self._use_whole_body(bytes(whole[0]), headers, start, end, buffer)
+            body = bytes(whole[0])
+            if asked.suffix:  # the tail of the whole body
+                start = max(0, len(body) - end)
+                end = len(body)
+            return self._use_whole_body(body, headers, start, end, buffer)
         if isinstance(decision, Empty):
             self._pin.adopt(0, headers)
+            return 0
+        if isinstance(decision, Unchanged):
+            if not self._unless:
+                raise BadResponseError(
+                    f"{self._shown}: HTTP 304 Not Modified to a request that named no version "
+                    f"(bytes {start}-{end - 1}, no If-None-Match or If-Modified-Since)"
+                )
+            self._unchanged = True
             return 0
         if isinstance(decision, Retry):
             raise _Retry(decision.reason, decision.wait_seconds)

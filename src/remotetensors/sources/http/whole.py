@@ -29,6 +29,7 @@ import httpx
 from ...errors import BadResponseError, RequestTimeoutError
 from ...redact import redact_text
 from ...status import Retrying, retrying
+from ..cache.offline import offline, offline_error
 from ..ratelimit import limiter_for
 from .answer import REDIRECT_STATUSES, Failed, follow, retry_of
 from .client import Client, HttpClient, httpx_of, turn_of
@@ -96,7 +97,10 @@ async def get_whole(
         BadResponseError: the request cannot be sent, or its answer is not HTTP.
         TlsError: the TLS handshake failed for good (not retried), or the CA bundle named
             cannot be loaded.
+        OfflineError: offline mode is on (no request is sent).
     """
+    if offline():
+        raise offline_error(shown, "this answer")
     own = options.new_client() if client is None else None
     used = client if client is not None else own
     assert used is not None

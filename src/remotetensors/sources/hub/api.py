@@ -14,9 +14,12 @@ from typing import TYPE_CHECKING
 from urllib.parse import quote
 
 from ...errors import RemoteTensorsError
+from ..cache import keys
+from ..cache.offline import offline
 from ..http.whole import get_whole
 
 if TYPE_CHECKING:
+    from ..cache.store import CacheStore
     from ..http.head import ResponseHeaders
     from .repo import HubRepo
 
@@ -45,9 +48,32 @@ class MetadataAnswer:
     url: str = ""
 
 
-def endpoint_support(endpoint: str) -> bool | None:
-    """Whether ``endpoint`` is known to have the route: True, False, or None (not asked yet)."""
-    return _support.get(endpoint)
+def endpoint_support(endpoint: str, store: CacheStore | None = None) -> bool | None:
+    """Whether ``endpoint`` is known to have the route: True, False, or None (not asked yet).
+
+    What this process has not learnt, a persistent cache (``store``) may have kept from an
+    earlier one, so that a later process asks what the earlier asked (and finds it kept)."""
+    known = _support.get(endpoint)
+    if known is None and store is not None:
+        entry = store.get(keys.hub_support(endpoint))
+        has = entry.meta.get("has") if entry is not None else None
+        if isinstance(has, bool):
+            known = _support[endpoint] = has
+    return known
+
+
+def _learn(repo: HubRepo, has: bool) -> None:
+    """Whether the endpoint has the route, for this process and the cache (written when the
+    cache does not say so already: a later process must find it)."""
+    _support[repo.endpoint] = has
+    store = repo.store
+    if store is None:
+        return
+    key = keys.hub_support(repo.endpoint)
+    entry = store.get(key)
+    if entry is None or entry.meta.get("has") is not has:
+        meta = {"kind": "route", "shown": f"{repo.endpoint} (one-call metadata)", "has": has}
+        store.put(key, meta)
 
 
 async def fetch_sharded_metadata(repo: HubRepo, index_path: str) -> MetadataAnswer:
@@ -56,12 +82,25 @@ async def fetch_sharded_metadata(repo: HubRepo, index_path: str) -> MetadataAnsw
     Retried as file reads are, by the user's options (:func:`..http.whole.get_whole`: the
     host's rate limiter, 408, 429 and 5xx, ``Retry-After``). Never raises for HTTP or network
     failures: the caller falls back to reading the files.
+
+    With a persistent cache (``repo.store``), an answer that names its commit (the headers, or
+    "no such index" at that commit) is kept under it, and a visit pinned to that commit finds
+    it without a request; offline, an answer not kept is no answer (status 0).
     """
     url = (
         f"{repo.endpoint}/api/{repo.repo.repo_type}/{repo.repo.repo_id}/safetensors-metadata/"
         f"{quote(index_path)}"
     )
     shown = f"{repo.repo.child(index_path)} (the hub's metadata endpoint)"
+    try:
+        await repo.settle()
+    except RemoteTensorsError as exc:  # the files' reads will say why
+        return MetadataAnswer(0, None, None, str(exc), url=url)
+    kept = _kept(repo, index_path, url)
+    if kept is not None:
+        return kept
+    if offline():
+        return MetadataAnswer(0, None, None, "offline, and the answer is not kept", url=url)
     try:
         answer = await get_whole(
             url, repo.options.headers, client=repo.client, options=repo.options, shown=shown
@@ -72,11 +111,51 @@ async def fetch_sharded_metadata(repo: HubRepo, index_path: str) -> MetadataAnsw
     code = headers.get("X-Error-Code")
     commit = headers.get("X-Repo-Commit")
     if status == 200:
-        _support[repo.endpoint] = True
+        _learn(repo, True)
+        _keep(repo, index_path, commit, status, code, answer.body)
         return MetadataAnswer(200, answer.body, commit, headers=headers, url=answer.url)
     if code:
-        _support[repo.endpoint] = True
+        _learn(repo, True)
+        if status == 404 and code == "EntryNotFound":
+            _keep(repo, index_path, commit, status, code, b"")
     elif status == 404:
-        _support[repo.endpoint] = False
+        _learn(repo, False)
     reason = f"HTTP {status} {code or ''}".strip()
     return MetadataAnswer(status, None, commit, reason, headers=headers, url=answer.url)
+
+
+def _kept(repo: HubRepo, index_path: str, url: str) -> MetadataAnswer | None:
+    """The answer the cache keeps for the pinned commit, or None."""
+    if repo.store is None or not repo.pinned:
+        return None
+    entry = repo.store.get(
+        keys.hub_onecall(repo.endpoint, repo.repo.repo_id, repo.revision, index_path)
+    )
+    if entry is None:
+        return None
+    status, code = entry.meta.get("status"), entry.meta.get("code")
+    headers: dict[str, str] = {"X-Repo-Commit": repo.revision}
+    if isinstance(code, str):
+        headers["X-Error-Code"] = code
+    if status == 200:
+        return MetadataAnswer(200, entry.payload, repo.revision, headers=headers, url=url)
+    if status == 404:
+        return MetadataAnswer(404, None, repo.revision, f"HTTP 404 {code} (kept)", headers, url)
+    return None
+
+
+def _keep(
+    repo: HubRepo, index_path: str, commit: str | None, status: int, code: str | None, body: bytes
+) -> None:
+    """Keep an answer that names its commit (it cannot change at that commit)."""
+    if repo.store is None or not commit:
+        return
+    meta = {
+        "kind": "onecall",
+        "shown": f"{repo.repo.child(index_path)} at {commit} (one-call metadata)",
+        "status": status,
+        "code": code,
+    }
+    repo.store.put(
+        keys.hub_onecall(repo.endpoint, repo.repo.repo_id, commit, index_path), meta, body
+    )

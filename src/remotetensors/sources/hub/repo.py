@@ -19,9 +19,13 @@ worded as a file's are (:func:`hub_status_error`).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import os
+import posixpath
 import re
+from contextvars import ContextVar
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 from urllib.parse import quote, unquote, urljoin
@@ -33,7 +37,9 @@ from ...errors import (
     PermissionDeniedError,
     RemoteFileChangedError,
 )
-from ..base import Prefix
+from ..base import Prefix, Suffix
+from ..cache import keys
+from ..cache.offline import offline, offline_error
 from ..http.answer import status_error
 from ..http.client import HttpOptions
 from ..http.policy import headers_for
@@ -41,8 +47,12 @@ from ..http.source import HttpSource
 from ..http.whole import get_whole
 from ..names import names_file
 from ..recipe import SourceRecipe
+from .listing import ListedFile, dump_listing, load_listing, page_files
 
 if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+
+    from ..cache.store import CacheStore
     from ..http.client import Client
     from ..http.head import ResponseHeaders
     from ..http.transport import Head
@@ -52,6 +62,26 @@ MAX_LISTING_PAGES = 10_000
 """Pages of a listing followed at most (1000 entries each), so that a loop of links ends."""
 
 _NEXT_LINK = re.compile(r'<([^>]*)>\s*;[^,]*?\brel\s*=\s*"?next"?', re.IGNORECASE)
+COMMIT = re.compile(r"^[0-9a-f]{40}$")
+"""A commit sha: a revision that names itself, never asked for."""
+
+_SHARED: ContextVar[dict[str, asyncio.Future[str | None]] | None] = ContextVar(
+    "remotetensors_shared_revisions", default=None
+)
+
+
+@contextlib.contextmanager
+def shared_revisions() -> Iterator[None]:
+    """Within, the repos opened (by tasks created within, and theirs) are one visit: each
+    revision a persistent cache knows is asked for once, and every :class:`HubRepo` of that
+    repo and revision takes the one answer (a scan does this, and asks ahead of its models; an
+    answer is let go once a second repo has taken it). Asyncio tasks keep the setting they were
+    created with, so it may be left once they are."""
+    token = _SHARED.set({})
+    try:
+        yield
+    finally:
+        _SHARED.reset(token)
 
 
 def is_hub_location(location: str) -> bool:
@@ -141,12 +171,20 @@ def resolve_token(token: str | bool | None) -> str | None:
 class HubRepo:
     """One repo of a hub, shared by the files of a model: endpoint, token, pinned revision.
 
+    One :class:`HubRepo` is one visit of the repo (a model opened, a file read). With a
+    persistent cache (``store``), :meth:`settle` fixes the commit the visit reads before any
+    file is asked for: a commit sha is taken as it is, a revision name seen on an earlier visit
+    is asked for once (one small request; offline, the cache's answer), and a name never seen
+    is left to the first file's answer (no extra request on a first visit).
+
     Args:
         repo: the repo, revision and (ignored here) path.
         token: see :func:`resolve_token`.
         endpoint: the hub's base URL; ``HF_ENDPOINT`` or the public hub when None.
         http_options: timeouts and retries; the token is added as an Authorization header.
         client: the client shared by the files (see :mod:`..http.client`).
+        store: the persistent cache, or None (then nothing is kept, and :meth:`settle` does
+            nothing).
     """
 
     def __init__(
@@ -157,11 +195,18 @@ class HubRepo:
         endpoint: str | None = None,
         http_options: HttpOptions | None = None,
         client: Client | None = None,
+        store: CacheStore | None = None,
     ) -> None:
         self.repo = repo
         self.endpoint = (endpoint or os.environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT).rstrip("/")
         self.revision = repo.revision or "main"
+        self.asked = self.revision
+        """The revision as the user named it (``revision`` becomes the commit once pinned)."""
         self.pinned = False
+        self.store = store
+        self.warm = False
+        """Whether the cache held this revision's commit from an earlier visit: a file it does
+        not hold at the commit is then looked up by content in the commit's listing."""
         options = http_options or HttpOptions()
         secret = resolve_token(token)
         if secret:
@@ -170,6 +215,8 @@ class HubRepo:
             )
         self._options = options
         self._client = client
+        self._settling: asyncio.Future[None] | None = None
+        self._listings: dict[tuple[str, bool], asyncio.Future[list[ListedFile]]] = {}
 
     @property
     def options(self) -> HttpOptions:
@@ -187,10 +234,158 @@ class HubRepo:
         revision = quote(self.revision, safe="")
         return f"{self.endpoint}/{prefix}{self.repo.repo_id}/resolve/{revision}/{quote(path)}"
 
-    async def list_files(self, folder: str = "") -> list[str]:
-        """Every file under ``folder`` of the repo at the revision, as paths relative to it.
+    def key(self, make: Callable[..., str], *parts: str) -> str:
+        """A cache key of this repo: ``make(endpoint, type, repo, *parts)``."""
+        return make(self.endpoint, self.repo.repo_type, self.repo.repo_id, *parts)
 
-        One ``GET {endpoint}/api/{type}/{repo}/tree/{revision}[/{folder}]?recursive=true``
+    @property
+    def shown(self) -> str:
+        """The repo at the revision asked for, as messages name it."""
+        return str(replace(self.repo, path=""))
+
+    # --- the commit of this visit ---------------------------------------------------------
+
+    async def settle(self) -> None:
+        """Fix the commit this visit reads, once (see the class); concurrent callers share it.
+
+        Raises:
+            OfflineError: offline, and the cache does not know the revision's commit.
+            NotFoundError, PermissionDeniedError: the hub says the repo or revision is
+                missing, or refuses it (worded as for a file).
+            TransportError, BadResponseError: the revision could not be asked for.
+        """
+        if self.pinned or self.store is None:
+            return
+        if self._settling is None:
+            self._settling = asyncio.ensure_future(self._settle())
+        await asyncio.shield(self._settling)
+
+    async def _settle(self) -> None:
+        if COMMIT.match(self.asked):
+            self.pin(self.asked, self.shown)
+            return
+        shared = _SHARED.get()
+        if shared is None:
+            commit = await self._resolve()
+        else:  # one visit of many repos (a scan): each revision asked once for all of them
+            key = self.key(keys.hub_ref, self.asked)
+            future = shared.get(key)
+            if future is None:
+                future = shared[key] = asyncio.ensure_future(self._resolve())
+            else:  # the second taker (the scan asks ahead, its model then takes the answer)
+                del shared[key]  # so that the scan holds nothing per location it finished
+            commit = await asyncio.shield(future)
+        if commit is not None:
+            self.warm = True
+            self.pin(commit, self.shown, remember=False)
+
+    async def _resolve(self) -> str | None:
+        """The revision's commit for this visit: the cache's offline; asked once online when
+        the cache knows the repo (and the cache's answer updated when it moved); None for a
+        repo the cache does not know (the first file's answer will name the commit)."""
+        assert self.store is not None
+        key = self.key(keys.hub_ref, self.asked)
+        entry = self.store.get(key)
+        known = entry.meta.get("commit") if entry is not None else None
+        if not isinstance(known, str) or not COMMIT.match(known):
+            known = None
+        if offline():
+            if known is None:
+                raise offline_error(self.shown, f"the commit of revision {self.asked!r}")
+            return known
+        if known is None:
+            return None
+        commit = await self._ask_revision()
+        if commit != known:
+            self.store.put(key, {"kind": "ref", "shown": self.shown, "commit": commit})
+        return commit
+
+    async def _ask_revision(self) -> str:
+        """The commit the revision names now: one ``GET {endpoint}/api/{type}/{repo}/revision/
+        {revision}?expand=sha`` (``sha`` of its JSON, else its ``X-Repo-Commit``)."""
+        url = (
+            f"{self.endpoint}/api/{self.repo.repo_type}/{self.repo.repo_id}/revision/"
+            f"{quote(self.asked, safe='')}?expand=sha"
+        )
+        shown = self.shown
+        answer = await get_whole(
+            url, self._options.headers, client=self._client, options=self._options, shown=shown
+        )
+        if answer.status != 200:
+            raise hub_status_error(
+                self, answer.status, answer.url, answer.headers, shown=shown, path="", what="repo"
+            )
+        try:
+            commit = json.loads(answer.body).get("sha")
+        except (ValueError, AttributeError):
+            commit = None
+        commit = commit or answer.headers.get("X-Repo-Commit")
+        if not isinstance(commit, str) or not COMMIT.match(commit):
+            raise BadResponseError(
+                f"{shown}: the hub's answer for revision {self.asked!r} names no commit "
+                f"(expected a 40-digit sha in its 'sha' field, got {commit!r})"
+            )
+        return commit
+
+    # --- listings --------------------------------------------------------------------------
+
+    async def listing(self, folder: str = "", *, recursive: bool = True) -> list[ListedFile]:
+        """Every file under ``folder`` (in it alone unless ``recursive``) at the revision, with
+        its size and content id; asked for once per visit, and kept in the cache by commit
+        (see :meth:`_list`).
+
+        Raises:
+            as :meth:`_list`; OfflineError offline when the cache does not hold it.
+        """
+        await self.settle()
+        key = (folder, recursive)
+        future = self._listings.get(key)
+        if future is None or (future.done() and future.exception() is not None):
+            future = self._listings[key] = asyncio.ensure_future(self._listing(*key))
+        return await asyncio.shield(future)
+
+    def listed(self, folder: str) -> list[ListedFile]:
+        """What this visit's listings of ``folder`` (and of the folders above it, recursive)
+        hold already, no IO: the files of ``folder`` among them."""
+        files: list[ListedFile] = []
+        for (where, recursive), future in self._listings.items():
+            if not future.done() or future.exception() is not None:
+                continue
+            if where == folder or (recursive and (not where or folder.startswith(where + "/"))):
+                files.extend(future.result())
+        return files
+
+    async def _listing(self, folder: str, recursive: bool) -> list[ListedFile]:
+        shown = str(self.repo.child(folder) if folder else replace(self.repo, path=""))
+        key = self.key(keys.hub_listing, self.revision, folder, str(recursive))
+        if self.store is not None and self.pinned:
+            entry = self.store.get(key)
+            files = load_listing(entry.payload) if entry is not None else None
+            if files is not None:
+                return files
+        if offline():
+            raise offline_error(shown, "its file listing")
+        files = await self._list(folder, recursive=recursive)
+        if self.store is not None and self.pinned:
+            key = self.key(keys.hub_listing, self.revision, folder, str(recursive))
+            meta = {"kind": "listing", "shown": f"{shown} at {self.revision}"}
+            self.store.put(key, meta, dump_listing(files))
+        return files
+
+    async def list_files(self, folder: str = "") -> list[str]:
+        """Every file under ``folder`` of the repo at the revision, as paths relative to it
+        (see :meth:`listing`).
+
+        Raises:
+            as :meth:`_list`.
+        """
+        cut = len(folder) + 1 if folder else 0
+        return [f.path[cut:] for f in await self.listing(folder)]
+
+    async def _list(self, folder: str, *, recursive: bool) -> list[ListedFile]:
+        """Every file under ``folder`` of the repo at the revision, over the network.
+
+        One ``GET {endpoint}/api/{type}/{repo}/tree/{revision}[/{folder}]?recursive=...``
         (the call behind ``huggingface_hub.list_repo_files``), following ``Link: rel="next"``
         pages; each page is retried as file reads are, and its commit pins the repo's (or must
         match it). A page linked on another origin than the endpoint's is asked for without
@@ -207,10 +402,10 @@ class HubRepo:
         tail = f"/{quote(folder)}" if folder else ""
         url: str | None = (
             f"{self.endpoint}/api/{self.repo.repo_type}/{self.repo.repo_id}/tree/{revision}{tail}"
-            "?recursive=true&expand=false"
+            f"?recursive={str(recursive).lower()}&expand=false"
         )
         shown = str(self.repo.child(folder) if folder else replace(self.repo, path=""))
-        names: list[str] = []
+        files: list[ListedFile] = []
         for _ in range(MAX_LISTING_PAGES):
             if url is None:
                 break
@@ -229,10 +424,21 @@ class HubRepo:
                     what="folder",
                 )
             self.pin(answer.headers.get("X-Repo-Commit"), shown)
-            for path in _listed_files(answer.body, shown):
-                names.append(path[len(folder) + 1 :] if folder else path)
+            files.extend(page_files(answer.body, shown))
             url = _next_page(answer.headers, answer.url)
-        return names
+        return files
+
+    async def listed_file(self, path: str) -> ListedFile | None:
+        """``path`` as its folder's listing at the pinned commit has it (that folder alone, not
+        the ones below it), or None when the listing does not hold it (no such file at that
+        commit).
+
+        Raises:
+            as :meth:`listing`.
+        """
+        folder = posixpath.dirname(path)
+        files = await self.listing(folder, recursive=False)
+        return next((f for f in files if f.path == path), None)
 
     def source(self, path: str) -> HubSource:
         """A source for the file ``path`` of the repo."""
@@ -243,9 +449,11 @@ class HubRepo:
         is pinned yet, the answer names no commit, or it names the pinned one."""
         return not (self.pinned and commit and commit != self.revision)
 
-    def pin(self, commit: str | None, shown: str) -> None:
+    def pin(self, commit: str | None, shown: str, *, remember: bool = True) -> None:
         """Pin the repo to ``commit``, the commit an answer about ``shown`` came from: the
-        first one reported is used for every later file; any later one must be the same.
+        first one reported is used for every later file; any later one must be the same. With
+        a cache, the revision name's commit is kept (unless ``remember`` is False: the cache
+        said it), and the next visit asks whether it moved.
 
         Raises:
             RemoteFileChangedError: ``commit`` differs from the pinned commit: the repo was
@@ -262,6 +470,9 @@ class HubRepo:
         if not self.pinned:
             self.revision = commit
             self.pinned = True
+            if remember and self.store is not None and not COMMIT.match(self.asked):
+                meta = {"kind": "ref", "shown": self.shown, "commit": commit}
+                self.store.put(self.key(keys.hub_ref, self.asked), meta)
 
 
 def hub_status_error(
@@ -310,21 +521,6 @@ def hub_status_error(
     return error
 
 
-def _listed_files(body: bytes, shown: str) -> list[str]:
-    """The paths of the files in one page of a tree listing (its folders left out).
-
-    Raises:
-        BadResponseError: the page is not a JSON list of entries.
-    """
-    try:
-        entries = json.loads(body)
-        return [str(e["path"]) for e in entries if e.get("type") == "file"]
-    except (ValueError, TypeError, KeyError, AttributeError) as exc:
-        raise BadResponseError(
-            f"{shown}: the hub's file listing is not a JSON list of entries ({exc})"
-        ) from None
-
-
 def _next_page(headers: ResponseHeaders, url: str) -> str | None:
     """The URL of the next page from a ``Link: <...>; rel="next"`` header (resolved against
     ``url``, the page's own), or None on the last page."""
@@ -353,6 +549,27 @@ class HubSource(HttpSource):
     def location(self) -> str:
         return self._hub_location
 
+    @property
+    def repo(self) -> HubRepo:
+        """The repo (and visit) this file belongs to."""
+        return self._repo
+
+    @property
+    def path(self) -> str:
+        """The file's path in the repo."""
+        return self._path
+
+    def assume_version(self, size: int, etag: str | None, last_modified: str | None) -> None:
+        super().assume_version(size, etag, last_modified)
+        self.follow_pin()
+
+    def follow_pin(self) -> None:
+        """Ask for the file at the repo's pinned commit from now on (pinned before this file
+        was asked for: by the visit's :meth:`HubRepo.settle`), as after its first answer (see
+        :meth:`open_prefix`)."""
+        if self._repo.pinned:
+            self._rename(self._repo.url(self._path))
+
     def _status_error(
         self, status: int, url: str, headers: ResponseHeaders | None = None
     ) -> Exception:
@@ -376,4 +593,36 @@ class HubSource(HttpSource):
         # that a later read (a small file is served by the hub itself, not the CDN) or a
         # re-resolution of an expired redirect cannot land on a newer commit.
         self._rename(self._repo.url(self._path))
+        self._check_listed_size(prefix.size)
         return prefix
+
+    async def open_suffix(self, length: int) -> Suffix:
+        suffix = await super().open_suffix(length)
+        self._rename(self._repo.url(self._path))  # as open_prefix does, for the same reason
+        return suffix
+
+    def _check_listed_size(self, size: int) -> None:
+        """The size served must be the size the hub lists for the file: its redirect's
+        ``X-Linked-Size`` (an LFS file's), and the listing of its folder when this visit has
+        it. The header's own rule (8 + header length + end of the data = the size served) is
+        the parser's; together they tie the header to the hub's record of the file.
+
+        Raises:
+            BadResponseError: naming both sizes.
+        """
+        listed: list[tuple[str, str]] = []
+        for headers in self.first_responses:
+            linked = headers.get("X-Linked-Size")
+            if linked is not None:
+                listed.append((linked.strip(), "its X-Linked-Size"))
+        entries = self._repo.listed(posixpath.dirname(self._path))
+        entry = next((f for f in entries if f.path == self._path), None)
+        if entry is not None and entry.size is not None:
+            listed.append((str(entry.size), "the repo's file listing"))
+        for value, said in listed:
+            if value != str(size):
+                raise BadResponseError(
+                    f"{self.location}: the hub lists {value} bytes for the file ({said}), but "
+                    f"the file served has {size} bytes (Content-Range); its bytes cannot be "
+                    "trusted to be the file the hub records"
+                )

@@ -1,0 +1,417 @@
+"""The zip archive of ``torch.save`` (PyTorch 1.6 and later), read from the bytes held so far.
+
+Sans-IO. A zip ends with its end of central directory record (EOCD, 22 bytes plus a comment of
+up to 65,535), preceded for zip64 archives by a zip64 locator (20 bytes) pointing at the zip64
+EOCD (56 bytes or more); the EOCD gives the central directory's offset and size, and the
+directory lists every member with its local header's offset and its size. ``torch.save``
+stores every member uncompressed (``STORED``): ``<root>/data.pkl``, ``<root>/byteorder``,
+``<root>/data/<key>`` per storage, ``<root>/version``, ...
+
+Where a member's bytes start is only in its local header, whose extra field (torch pads it so
+that data is 64-byte aligned) the directory does not repeat. Reading every storage's local
+header would cost a request each, so the start is predicted from the end instead: a member's
+record ends where the next one starts (or the directory), its bytes end there less its data
+descriptor (16 bytes, 24 for zip64; present when flag bit 3 is set, as torch sets it), and
+start its size earlier; of the two descriptor sizes, the one that puts the bytes on torch's
+64-byte alignment wins. A reader checks each prediction against the local header when it first
+reads the member (:func:`check_local_header`), so a writer that lays members out otherwise gets
+an error, never wrong bytes.
+
+:class:`HeldBytes` is what has been fetched; a function that needs bytes not held raises
+:class:`NeedBytes` naming the range, which the reader fetches before asking again.
+"""
+
+from __future__ import annotations
+
+import bisect
+import struct
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from ..errors import HeaderError, HeaderErrorKind
+from .torch_pickle import LEGACY_MAGIC, looks_like_legacy
+
+__all__ = [
+    "EOCD_SEARCH_BYTES",
+    "Archive",
+    "HeldBytes",
+    "Member",
+    "NeedBytes",
+    "check_local_header",
+    "legacy_error",
+    "local_data_start",
+    "looks_like_zip",
+    "read_archive",
+]
+
+_EOCD = b"PK\x05\x06"
+_LOCATOR = b"PK\x06\x07"
+_EOCD64 = b"PK\x06\x06"
+_CENTRAL = b"PK\x01\x02"
+_LOCAL = b"PK\x03\x04"
+_EOCD_BYTES = 22
+_LOCATOR_BYTES = 20
+_EOCD64_BYTES = 56
+_CENTRAL_BYTES = 46
+LOCAL_HEADER_BYTES = 30
+"""The fixed part of a local header; its name and extra field follow."""
+EOCD_SEARCH_BYTES = _EOCD_BYTES + 0xFFFF
+"""The EOCD lies in the last this many bytes of a zip (its comment is at most 65,535 bytes)."""
+STORAGE_ALIGNMENT = 64
+"""torch.save aligns every member's bytes to this many bytes (``.storage_alignment``)."""
+_U16 = 0xFFFF
+_U32 = 0xFFFFFFFF
+
+
+class NeedBytes(Exception):
+    """Bytes ``[start, end)`` of the file are needed and not held; fetch them and ask again."""
+
+    def __init__(self, start: int, end: int) -> None:
+        super().__init__(start, end)
+        self.start = start
+        self.end = end
+
+
+def looks_like_zip(data: bytes) -> bool:
+    """Whether ``data`` (a file's first bytes) starts as a zip archive does."""
+    return data.startswith(_LOCAL)
+
+
+class HeldBytes:
+    """Bytes of one file fetched so far: disjoint regions, merged where they touch. A value:
+    :meth:`with_bytes` returns a new one."""
+
+    __slots__ = ("_regions", "size")
+
+    def __init__(self, size: int, regions: Iterable[tuple[int, bytes]] = ()) -> None:
+        """``size``: the file's size in bytes; ``regions``: ``(start, data)`` pieces."""
+        self.size = size
+        merged: list[tuple[int, bytes]] = []
+        for start, data in sorted(regions, key=lambda r: r[0]):
+            if merged and start <= merged[-1][0] + len(merged[-1][1]):
+                first, held = merged[-1]
+                overlap = first + len(held) - start
+                merged[-1] = (first, held + data[overlap:]) if len(data) > overlap else merged[-1]
+            elif data:
+                merged.append((start, data))
+        self._regions = tuple(merged)
+
+    def with_bytes(self, start: int, data: bytes) -> HeldBytes:
+        """These bytes and ``data``, bytes ``[start, start + len(data))`` of the file."""
+        return HeldBytes(self.size, (*self._regions, (start, data)))
+
+    @property
+    def regions(self) -> tuple[tuple[int, bytes], ...]:
+        """The ``(start, data)`` pieces held, in file order."""
+        return self._regions
+
+    def prefix(self) -> bytes:
+        """Bytes ``[0, k)`` held from the file's start (empty when byte 0 is not held)."""
+        if self._regions and self._regions[0][0] == 0:
+            return self._regions[0][1]
+        return b""
+
+    def get(self, start: int, end: int) -> bytes:
+        """Bytes ``[start, end)``.
+
+        Raises:
+            NeedBytes: some of them are not held (the first missing stretch).
+        """
+        if start >= end:
+            return b""
+        starts = [s for s, _ in self._regions]
+        i = bisect.bisect_right(starts, start) - 1
+        if i >= 0:
+            first, data = self._regions[i]
+            if end <= first + len(data):
+                return data[start - first : end - first]
+            if start < first + len(data):
+                start = first + len(data)
+        following = starts[i + 1] if i + 1 < len(starts) else end
+        raise NeedBytes(start, min(end, following))
+
+
+@dataclass(frozen=True, slots=True)
+class Member:
+    """One entry of the central directory.
+
+    Attributes:
+        name: its path in the archive.
+        local_offset: absolute offset of its local header.
+        size: its bytes in the archive (compressed size; the same as uncompressed when stored).
+        uncompressed_size: its bytes once extracted.
+        method: 0 when stored, 8 when deflated, ...
+        flags: the general purpose flags (bit 0 encrypted, bit 3 data descriptor follows).
+        zip64: the entry carries a zip64 extra field.
+        raw_name: the name as the directory holds it (the local header must hold the same).
+    """
+
+    name: str
+    local_offset: int
+    size: int
+    uncompressed_size: int
+    method: int
+    flags: int
+    zip64: bool
+    raw_name: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Archive:
+    """A zip's directory: its members, and where the directory starts.
+
+    Attributes:
+        members: name -> member, in the directory's order.
+        directory_start: absolute offset of the central directory.
+        directory_bytes: its size in bytes.
+        record_starts: the members' local header offsets, ascending (where records end).
+    """
+
+    members: Mapping[str, Member]
+    directory_start: int
+    directory_bytes: int
+    record_starts: tuple[int, ...] = ()
+
+    @classmethod
+    def of(cls, members: Mapping[str, Member], start: int, size: int) -> Archive:
+        """The archive of ``members``, its directory at ``start`` (``size`` bytes)."""
+        offsets = tuple(sorted(m.local_offset for m in members.values()))
+        return cls(members, start, size, offsets)
+
+    @property
+    def root(self) -> str:
+        """The folder every record sits in (the first member's, as torch reads it)."""
+        first = next(iter(self.members), "")
+        return first.split("/", 1)[0] if "/" in first else ""
+
+    def record_end(self, member: Member) -> int:
+        """Where ``member``'s record (local header, bytes, descriptor) ends: the next local
+        header, or the central directory after the last one."""
+        offsets = self.record_starts
+        i = bisect.bisect_right(offsets, member.local_offset)
+        return offsets[i] if i < len(offsets) else self.directory_start
+
+    def data_start(self, member: Member, *, location: str) -> int:
+        """Where ``member``'s bytes start, predicted from where its record ends (see the
+        module; :func:`check_local_header` confirms it).
+
+        Raises:
+            HeaderError: INVALID_ZIP when the prediction leaves no room for a local header.
+        """
+        end = self.record_end(member)
+        if member.flags & 0x08:
+            starts = [end - descriptor - member.size for descriptor in (16, 24)]
+            aligned = [s for s in starts if s % STORAGE_ALIGNMENT == 0]
+            start = aligned[0] if len(aligned) == 1 else starts[1 if member.zip64 else 0]
+        else:
+            start = end - member.size
+        lowest = member.local_offset + LOCAL_HEADER_BYTES + len(member.raw_name)
+        if start < lowest:
+            raise _invalid(
+                f"member {member.name} ({member.size} bytes at local header "
+                f"{member.local_offset}) does not fit before byte {end}",
+                location,
+            )
+        return start
+
+    def stored(self, name: str, *, location: str) -> Member:
+        """Member ``name``, which must be stored uncompressed and unencrypted.
+
+        Raises:
+            HeaderError: INVALID_ZIP when it is missing, compressed or encrypted.
+        """
+        member = self.members.get(name)
+        if member is None:
+            raise _invalid(f"the archive has no member {name}", location)
+        if member.method != 0 or member.flags & 0x01 or member.size != member.uncompressed_size:
+            raise _invalid(
+                f"member {name} is compressed or encrypted (method {member.method}, flags "
+                f"{member.flags:#x}); torch.save stores every member as is",
+                location,
+            )
+        return member
+
+
+def _invalid(detail: str, location: str) -> HeaderError:
+    return HeaderError(HeaderErrorKind.INVALID_ZIP, detail, location=location)
+
+
+def read_archive(held: HeldBytes, *, location: str = "<bytes>") -> Archive:
+    """The archive's directory, from the bytes held.
+
+    Raises:
+        NeedBytes: more of the file's end (or of the directory) must be read first; or, where
+            no EOCD is in the last :data:`EOCD_SEARCH_BYTES`, its first bytes (to tell a
+            legacy file).
+        HeaderError: LEGACY_TORCH_FORMAT for a file of the legacy format; INVALID_ZIP for any
+            other file that is not a well-formed zip.
+    """
+    eocd = _find_eocd(held, location)
+    record = held.get(eocd, eocd + _EOCD_BYTES)
+    disk, directory_disk, here, entries, size, start, _ = struct.unpack("<HHHHIIH", record[4:])
+    if disk or directory_disk or here != entries:
+        raise _invalid("the archive spans several disks", location)
+    end_of_directory = eocd
+    # What lies before the EOCD in one read: a zip64 locator, if any, and (unless the EOCD
+    # defers to zip64 records) the directory.
+    first_needed = max(0, eocd - _LOCATOR_BYTES)
+    held.get(first_needed if start == _U32 else min(start, first_needed), eocd)
+    if eocd >= _LOCATOR_BYTES and held.get(eocd - _LOCATOR_BYTES, eocd).startswith(_LOCATOR):
+        entries, size, start, end_of_directory = _zip64_end(held, eocd, location)
+    if start + size > end_of_directory:
+        raise _invalid(
+            f"the central directory [{start}, {start + size}) runs past the end records at "
+            f"{end_of_directory}",
+            location,
+        )
+    members = _directory(held.get(start, start + size), start, entries, location)
+    return Archive.of(members, start, size)
+
+
+def _find_eocd(held: HeldBytes, location: str) -> int:
+    """The offset of the EOCD: the last signature whose comment runs to the file's end."""
+    size = held.size
+    if size < _EOCD_BYTES:
+        raise _invalid(f"a file of {size} bytes is no zip archive", location)
+    lowest = max(0, size - EOCD_SEARCH_BYTES)
+    tail = b""
+    tail_start = size
+    for start, data in reversed(held.regions):
+        if start + len(data) == tail_start:
+            tail, tail_start = data + tail, start
+    pos = len(tail) - _EOCD_BYTES
+    while pos >= 0:
+        pos = tail.rfind(_EOCD, 0, pos + len(_EOCD))
+        if pos < 0:
+            break
+        (comment,) = struct.unpack_from("<H", tail, pos + 20)
+        if pos + _EOCD_BYTES + comment == len(tail):
+            return tail_start + pos
+        pos -= 1
+    if tail_start > lowest:
+        raise NeedBytes(lowest, tail_start)
+    if looks_like_legacy(held.get(0, min(size, len(LEGACY_MAGIC)))):
+        raise legacy_error(location)
+    raise _invalid(
+        f"no end of central directory record in the last {min(size, EOCD_SEARCH_BYTES)} "
+        "bytes: not a zip archive (a PyTorch file since 1.6 is one)",
+        location,
+    )
+
+
+def legacy_error(location: str) -> HeaderError:
+    """The error for a file of the legacy format (see :data:`.torch_pickle.LEGACY_MAGIC`)."""
+    return HeaderError(
+        HeaderErrorKind.LEGACY_TORCH_FORMAT,
+        "a bare pickle with its storages after it, which cannot be read without running it; "
+        "load it once with torch and save it again (torch.save of PyTorch 1.6 or later, or "
+        "safetensors)",
+        location=location,
+    )
+
+
+def _zip64_end(held: HeldBytes, eocd: int, location: str) -> tuple[int, int, int, int]:
+    """``(entries, directory size, directory start, zip64 EOCD offset)`` of a zip64 archive,
+    whose locator sits just before the EOCD."""
+    locator = held.get(eocd - _LOCATOR_BYTES, eocd)
+    disk, at, disks = struct.unpack_from("<IQI", locator, 4)
+    if disk or disks > 1 or at + _EOCD64_BYTES > eocd - _LOCATOR_BYTES:
+        raise _invalid(f"the zip64 locator points at byte {at}, outside the archive", location)
+    record = held.get(at, at + _EOCD64_BYTES)
+    if not record.startswith(_EOCD64):
+        raise _invalid(f"no zip64 end of central directory record at byte {at}", location)
+    _, _, _, disk, directory_disk, here, entries, size, start = struct.unpack_from(
+        "<QHHIIQQQQ", record, 4
+    )
+    if disk or directory_disk or here != entries:
+        raise _invalid("the archive spans several disks", location)
+    return entries, size, start, at
+
+
+def _directory(data: bytes, start: int, entries: int, location: str) -> dict[str, Member]:
+    """The members that the central directory ``data`` (at ``start``) lists."""
+    members: dict[str, Member] = {}
+    pos = 0
+    for _ in range(entries):
+        if pos + _CENTRAL_BYTES > len(data) or data[pos : pos + 4] != _CENTRAL:
+            raise _invalid(f"no central directory entry at byte {start + pos}", location)
+        flags, method = struct.unpack_from("<HH", data, pos + 8)
+        size, uncompressed, name_len, extra_len, comment_len = struct.unpack_from(
+            "<IIHHH", data, pos + 20
+        )
+        (offset,) = struct.unpack_from("<I", data, pos + 42)
+        name_end = pos + _CENTRAL_BYTES + name_len
+        extra_end = name_end + extra_len
+        if extra_end + comment_len > len(data):
+            raise _invalid(f"the central directory entry at {start + pos} runs past it", location)
+        raw = data[pos + _CENTRAL_BYTES : name_end]
+        try:
+            name = raw.decode("utf-8" if flags & 0x800 else "cp437")
+        except UnicodeDecodeError:
+            raise _invalid(f"a member name at byte {start + pos} is not UTF-8", location) from None
+        wide = _zip64_fields(data[name_end:extra_end], (uncompressed, size, offset))
+        uncompressed, size, offset = wide or (uncompressed, size, offset)
+        if name in members:
+            raise _invalid(f"two members are named {name}", location)
+        members[name] = Member(name, offset, size, uncompressed, method, flags, bool(wide), raw)
+        pos = extra_end + comment_len
+    return members
+
+
+def _zip64_fields(extra: bytes, narrow: tuple[int, int, int]) -> tuple[int, int, int] | None:
+    """The (uncompressed size, size, local offset) with the zip64 extra field's values in place
+    of the 32-bit ones that say 0xFFFFFFFF; None when ``extra`` has no zip64 field."""
+    pos = 0
+    while pos + 4 <= len(extra):
+        tag, length = struct.unpack_from("<HH", extra, pos)
+        if tag == 0x0001:
+            values = list(narrow)
+            field = pos + 4
+            for i, value in enumerate(narrow):
+                if value == _U32 and field + 8 <= pos + 4 + length <= len(extra):
+                    (values[i],) = struct.unpack_from("<Q", extra, field)
+                    field += 8
+            return values[0], values[1], values[2]
+        pos += 4 + length
+    return None
+
+
+def local_data_start(header: bytes, member: Member, *, location: str) -> int:
+    """Where ``member``'s bytes start, from its local header (``header``: the file's bytes
+    from its ``local_offset``, at least the header's).
+
+    Raises:
+        NeedBytes: ``header`` is shorter than the local header.
+        HeaderError: INVALID_ZIP when it is not the local header of that member.
+    """
+    at = member.local_offset
+    if len(header) < LOCAL_HEADER_BYTES:
+        raise NeedBytes(at, at + LOCAL_HEADER_BYTES)
+    if not header.startswith(_LOCAL):
+        raise _invalid(f"no local header of {member.name} at byte {at}", location)
+    (method,) = struct.unpack_from("<H", header, 8)
+    name_len, extra_len = struct.unpack_from("<HH", header, 26)
+    name = header[LOCAL_HEADER_BYTES : LOCAL_HEADER_BYTES + name_len]
+    if len(header) >= LOCAL_HEADER_BYTES + name_len and name != member.raw_name:
+        raise _invalid(f"the local header at byte {at} names {name!r}, not {member.name}", location)
+    if method != member.method:
+        raise _invalid(f"the local header of {member.name} says method {method}", location)
+    return at + LOCAL_HEADER_BYTES + int(name_len) + int(extra_len)
+
+
+def check_local_header(header: bytes, member: Member, data_start: int, *, location: str) -> None:
+    """Confirm that ``member``'s bytes start at ``data_start`` as predicted
+    (:meth:`Archive.data_start`); ``header`` is the file's bytes ``[member.local_offset,
+    data_start)``.
+
+    Raises:
+        HeaderError: INVALID_ZIP when the local header says otherwise.
+    """
+    found = local_data_start(header, member, location=location)
+    if found != data_start:
+        raise _invalid(
+            f"the local header of {member.name} puts its bytes at {found}, not at "
+            f"{data_start} where its record's end put them; this zip was not laid out as "
+            "torch.save lays it out",
+            location,
+        )

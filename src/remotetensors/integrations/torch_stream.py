@@ -1,0 +1,275 @@
+"""Reading planned tensors into torch tensors, with a bound on the bytes in flight.
+
+Each tensor's bytes land in its final tensor: straight into its storage when the file's bytes
+are already what it holds (same dtype, in host memory), else through a staging buffer from
+which they are converted (another dtype) or copied (another device) piece by piece. A tensor
+is cut into pieces of at most ``batch_bytes``; consecutive pieces of small tensors share one
+batch, read as one coalesced plan. ``max_in_flight_bytes`` is split into lanes, each running
+one batch at a time with its own staging buffer (pinned host memory when tensors go to a CUDA
+device), so at most ``max_in_flight_bytes`` are asked for and not yet in their final place,
+whatever the size of one tensor. A tensor is done when its last piece is in place; only then is
+it handed on (see :class:`Streamer`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ..reading.fetch import gather_or_cancel
+from ..reading.file import TensorPiece
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
+    import torch
+
+    from ..models.model import AsyncModel
+    from .torch_plan import Read
+
+DEFAULT_MAX_IN_FLIGHT_BYTES = 256 * 1024 * 1024
+"""Bytes asked for and not yet in their final tensor, at most, by default."""
+
+MIN_IN_FLIGHT_BYTES = 64 * 1024
+"""The smallest bound accepted: below it, requests would be too small to be worth sending."""
+
+LANES = 8
+"""Lanes the bound is split into: batches read at once (the default request concurrency),
+so that the next batch is on the wire while one is being converted or copied."""
+
+ALIGN = 64
+"""Pieces sit at offsets of a staging buffer that are multiples of this (any element size)."""
+
+ALONE_BYTES = 1024 * 1024
+"""A piece read straight into its tensor that is at least this long is asked for alone: a
+request costs little next to a megabyte's transfer, while one plan with its neighbours would
+merge them into a part read through a temporary buffer (a fresh allocation, one more copy).
+Smaller pieces of a batch share one plan, so small tensors still cost one request together."""
+
+THREAD_COPY_BYTES = 1024 * 1024
+"""A conversion or copy of at least this many bytes runs in a worker thread, so that the event
+loop keeps receiving the other lanes' bytes meanwhile."""
+
+
+@dataclass(frozen=True, slots=True)
+class Budget:
+    """``max_in_flight_bytes`` as ``lanes`` batches of at most ``batch_bytes`` each."""
+
+    batch_bytes: int
+    lanes: int
+
+    @classmethod
+    def of(cls, max_in_flight_bytes: int) -> Budget:
+        """Split a bound in bytes into lanes.
+
+        Raises:
+            ValueError: a bound below :data:`MIN_IN_FLIGHT_BYTES`.
+        """
+        if max_in_flight_bytes < MIN_IN_FLIGHT_BYTES:
+            raise ValueError(
+                f"max_in_flight_bytes must be at least {MIN_IN_FLIGHT_BYTES}, "
+                f"got {max_in_flight_bytes}"
+            )
+        batch = max_in_flight_bytes // LANES // ALIGN * ALIGN
+        return cls(batch, max_in_flight_bytes // batch)
+
+
+class Filling:
+    """One planned read in progress: its destination and the pieces still out."""
+
+    def __init__(self, read: Read) -> None:
+        self.read = read
+        self.pieces_left = 0
+        self._tensor: torch.Tensor | None = None
+        self._direct: memoryview | None = None
+
+    @property
+    def tensor(self) -> torch.Tensor:
+        """The contiguous tensor the bytes end in, made on first use: the module's own when
+        it is filled in place and contiguous, else a new one of the read's dtype and device."""
+        if self._tensor is None:
+            import torch
+
+            read = self.read
+            target = read.target
+            if read.in_place and target.is_contiguous():
+                self._tensor = target.detach()
+            else:
+                self._tensor = torch.empty(read.info.shape, dtype=read.dtype, device=read.device)
+            if self._tensor.device.type == "cpu" and self._tensor.dtype == read.file_dtype:
+                flat = self._tensor.reshape(-1).view(torch.uint8)
+                self._direct = flat.numpy().data
+        return self._tensor
+
+    @property
+    def direct(self) -> memoryview | None:
+        """The destination's own bytes, when the file's bytes land there as they are."""
+        _ = self.tensor
+        return self._direct
+
+
+@dataclass(frozen=True, slots=True)
+class Piece:
+    """Bytes ``[offset, offset + length)`` of one tensor's stored bytes."""
+
+    filling: Filling
+    offset: int
+    length: int
+
+
+def batches(fillings: Sequence[Filling], batch_bytes: int) -> list[list[Piece]]:
+    """Cut the tensors into pieces of at most ``batch_bytes`` (whole elements) and group
+    consecutive pieces into batches whose aligned sizes add up to at most ``batch_bytes``.
+    Sets each filling's count of pieces. Tensors of no bytes get no piece."""
+    out: list[list[Piece]] = []
+    current: list[Piece] = []
+    used = 0
+    for filling in fillings:
+        nbytes = filling.read.info.nbytes
+        step = batch_bytes // filling.read.file_dtype.itemsize * filling.read.file_dtype.itemsize
+        for offset in range(0, nbytes, step):
+            length = min(step, nbytes - offset)
+            aligned = -(-length // ALIGN) * ALIGN
+            if current and used + aligned > batch_bytes:
+                out.append(current)
+                current, used = [], 0
+            current.append(Piece(filling, offset, length))
+            filling.pieces_left += 1
+            used += aligned
+    if current:
+        out.append(current)
+    return out
+
+
+class Streamer:
+    """Reads fillings from a model, lane by lane, and hands each finished one to ``done``.
+
+    ``done`` is called on the event loop, once per filling, after its every byte is in its
+    tensor (for a CUDA destination: after the copies have completed). On error the other
+    lanes are cancelled and the error raised; fillings not handed to ``done`` are unfinished.
+    """
+
+    def __init__(self, model: AsyncModel, budget: Budget, done: Callable[[Filling], None]) -> None:
+        self._model = model
+        self._budget = budget
+        self._done = done
+        self._local = model.reads_now
+
+    async def run(self, fillings: Sequence[Filling]) -> None:
+        """Read every filling (in the given order, up to ``lanes`` batches at once)."""
+        queue = collections.deque(batches(fillings, self._budget.batch_bytes))
+        for filling in fillings:
+            if filling.pieces_left == 0:  # no bytes: nothing to wait for
+                _ = filling.tensor
+                self._done(filling)
+        pinned = any(f.read.device.type == "cuda" for f in fillings) and _cuda_available()
+        lanes = [_Lane(self._budget.batch_bytes, pinned) for _ in range(self._budget.lanes)]
+        await gather_or_cancel([self._drain(queue, lane) for lane in lanes])
+
+    async def _drain(self, queue: collections.deque[list[Piece]], lane: _Lane) -> None:
+        while queue:
+            await self._batch(queue.popleft(), lane)
+
+    async def _batch(self, batch: list[Piece], lane: _Lane) -> None:
+        together: list[TensorPiece] = []
+        alone: list[TensorPiece] = []
+        staged: list[tuple[Piece, int]] = []
+        at = 0
+        for piece in batch:
+            filling = piece.filling
+            direct = filling.direct
+            if direct is not None:
+                buffer = direct[piece.offset : piece.offset + piece.length]
+            else:
+                buffer = lane.buffer(at, piece.length)
+                staged.append((piece, at))
+                at += -(-piece.length // ALIGN) * ALIGN
+            request = TensorPiece(filling.read.checkpoint_name, piece.offset, buffer)
+            if direct is not None and piece.length >= ALONE_BYTES:
+                alone.append(request)
+            else:
+                together.append(request)
+        if self._local:
+            # A local file: the batch's positioned reads in one worker thread, lanes in
+            # parallel; a trip through the event loop per read would cost more than the read.
+            await asyncio.to_thread(self._model.read_into_now, [*alone, *together])
+        else:
+            reads = [self._model.read_into([request]) for request in alone]
+            if together:
+                reads.append(self._model.read_into(together))
+            await gather_or_cancel(reads)
+        if staged:
+            await _place(staged, lane)
+        for piece in batch:
+            piece.filling.pieces_left -= 1
+            if piece.filling.pieces_left == 0:
+                self._done(piece.filling)
+
+
+class _Lane:
+    """One batch at a time, with a staging buffer of ``capacity`` bytes made on first use
+    (pinned when tensors go to a CUDA device, so copies to it run without a bounce)."""
+
+    def __init__(self, capacity: int, pinned: bool) -> None:
+        self._capacity = capacity
+        self._pinned = pinned
+        self._staging: torch.Tensor | None = None
+        self._bytes: memoryview | None = None
+
+    @property
+    def staging(self) -> torch.Tensor:
+        if self._staging is None:
+            import torch
+
+            self._staging = torch.empty(self._capacity, dtype=torch.uint8, pin_memory=self._pinned)
+            self._bytes = self._staging.numpy().data
+        return self._staging
+
+    def buffer(self, at: int, length: int) -> memoryview:
+        _ = self.staging
+        assert self._bytes is not None
+        return self._bytes[at : at + length]
+
+
+async def _place(staged: list[tuple[Piece, int]], lane: _Lane) -> None:
+    """Convert or copy each staged piece into its tensor; wait for device copies to finish
+    before the lane's staging buffer is filled again."""
+    devices: set[Any] = set()
+    for piece, at in staged:
+        read = piece.filling.read
+        itemsize = read.file_dtype.itemsize
+        source = lane.staging[at : at + piece.length].view(read.file_dtype)
+        first = piece.offset // itemsize
+        destination = piece.filling.tensor.view(-1)[first : first + source.numel()]
+        if destination.device.type == "cuda":
+            if source.dtype == destination.dtype:
+                destination.copy_(source, non_blocking=True)
+            else:
+                # The file's bytes cross as they are and are converted on the device (a
+                # temporary of one piece there): copy_ would convert on the host, in this
+                # thread, into pageable memory, before a copy that then blocks.
+                destination.copy_(source.to(destination.device, non_blocking=True))
+            devices.add(destination.device)
+        elif piece.length >= THREAD_COPY_BYTES:
+            await asyncio.to_thread(destination.copy_, source)
+        else:
+            destination.copy_(source)
+    for device in devices:
+        await _synchronized(device)
+
+
+async def _synchronized(device: Any) -> None:
+    """Wait, in a worker thread, until the copies queued on ``device`` so far have run."""
+    import torch
+
+    event = torch.cuda.Event()  # type: ignore[no-untyped-call]
+    event.record(torch.cuda.current_stream(device))
+    await asyncio.to_thread(event.synchronize)
+
+
+def _cuda_available() -> bool:
+    import torch
+
+    return bool(torch.cuda.is_available())
