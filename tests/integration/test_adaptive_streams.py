@@ -47,7 +47,7 @@ def test_streams_grow_past_a_link_that_more_streams_cannot_widen(
     serve: Callable[..., RawServer],
 ) -> None:
     per_connection = 2e6  # bytes per second
-    capped_data, capped_w = tensor_file(16)
+    capped_data, capped_w = tensor_file(32)
     capped = Paced(capped_data, per_connection=per_connection)
     capped_server = serve(capped)
     # The same total as START_STREAMS capped connections, however many connections share it.

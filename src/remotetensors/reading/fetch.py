@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..ranges import ByteRange, Part, plan_reads
 from ..status import counting_bytes, counting_retries
-from .budget import StreamBudget
+from .budget import StreamBudget, Ticket
 from .prefault import Populating
 from .progress import Progress, bar, wanted
 
@@ -93,16 +93,16 @@ async def fetch_into(
     tasks: list[asyncio.Task[None]] = []
     failed: list[bool] = []
 
-    def ended(length: int, task: asyncio.Task[None]) -> None:
+    def ended(ticket: Ticket, length: int, task: asyncio.Task[None]) -> None:
         # Here, not in run(): a task cancelled before it began never runs its body, and its
         # stream must come back all the same.
         if task.cancelled():
             budget.give_back()
         elif task.exception() is not None:
             failed.append(True)
-            budget.release(0, failed=True)
+            budget.release(ticket, 0, failed=True)
         else:
-            budget.release(length)
+            budget.release(ticket, length)
 
     try:
         # Large destinations get their pages mapped on another core while the bytes arrive,
@@ -117,14 +117,16 @@ async def fetch_into(
         async with Populating(ahead):
             with counting_retries(budget.count_retry):
                 while queue:
-                    await budget.acquire()
+                    ticket = await budget.acquire()
                     if failed:  # a request failed: start no more, raise its error below
                         budget.give_back()
                         break
                     parts = _take(queue, budget.setting.part_size_bytes)
                     task = asyncio.ensure_future(run(parts))
                     task.add_done_callback(
-                        functools.partial(ended, parts[-1].range.end - parts[0].range.start)
+                        functools.partial(
+                            ended, ticket, parts[-1].range.end - parts[0].range.start
+                        )
                     )
                     tasks.append(task)
                 await asyncio.gather(*tasks)

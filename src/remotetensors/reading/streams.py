@@ -1,10 +1,10 @@
 """How many requests to keep in flight, and how large a part each one fetches: decided from what
 was measured, with no IO and no clock of its own.
 
-No fixed layout wins on every link. On two cores and a loopback link, eight 16 MiB streams
-reached 0.38 of curl's throughput and four reached 0.91 (the streams' threads contend for the
-cores); behind a server that caps each connection at 100 MB/s, eight streams cap the read at
-0.8 GB/s and sixteen reach twice that (``benchmarks/results/2026-11-25-perf3-profile.md``). So
+No fixed layout wins on every link. Behind a server that caps each connection at 100 MB/s
+(a WAN, S3), eight streams cap a read at 0.8 GB/s and sixteen reach twice that; on two cores
+and plain loopback, more streams only add threads that contend for the cores, and 2 to 16
+measure the same within the machine's noise (``benchmarks/results/2026-11-25-perf3.md``). So
 the reader measures and adapts, as the AWS CRT S3 client sizes its connections from a
 throughput target and xet-core's adaptive concurrency follows its success ratio.
 
@@ -12,9 +12,9 @@ throughput target and xet-core's adaptive concurrency follows its success ratio.
 :class:`Window` at a time (bytes, the seconds they took, whether every stream allowed was busy,
 how many requests failed):
 
-- it starts with :data:`START_STREAMS` streams of :data:`START_PART_BYTES`, and does not judge
-  the first window (connections and threads are new then, and a link's first bytes are slow:
-  every later step would look like a gain);
+- it starts with :data:`START_STREAMS` streams of :data:`START_PART_BYTES`, and judges every
+  window, the first too (the caller measures each request from its own start, so the new
+  connections of a step weigh on it as the first ones weigh on the start);
 - **streams**: it doubles them, and keeps the step while throughput rises by at least
   :data:`GAIN` (a step that pays less is undone, and the climb moves on to parts);
 - **parts**: it doubles the part size the same way (bigger parts pay where each request waits a
@@ -45,14 +45,18 @@ from ..options import DEFAULT_MAX_BYTES_IN_FLIGHT
 
 MIB = 1024 * 1024
 
-START_STREAMS = 4
-"""Streams of a fresh controller: a few. Two cores on loopback do best with two to four."""
+START_STREAMS = 8
+"""Streams of a fresh controller: round two's fixed eight. On two cores and plain loopback, 2
+to 16 streams measure the same within the machine's noise (a fresh array's first touch costs
+60 ms or 1 s per 512 MiB from one run to the next); on a link that caps each connection,
+starting at eight reaches sixteen one window sooner than four would. The controller does not
+go below its start but on failures (fewer streams never measured faster here)."""
 
 START_PART_BYTES = 8 * MIB
-"""Part size of a fresh controller: small enough that the first windows, at a few streams,
-are short (a part takes 80 ms at 100 MB/s), large enough that a request's cost is small (on
-two cores and loopback, 4 MiB parts cost 7-10% more CPU than 16 MiB ones: each request is a
-thread's hop and a head to parse, and each a pause of its stream on a busy machine)."""
+"""Part size of a fresh controller: small enough that the first windows are short (a part
+takes 80 ms at 100 MB/s) and that eight of them are the bytes in flight allowed by default,
+large enough that a request's cost is small (on two cores and loopback, 4 MiB parts cost 7-10%
+more CPU than 16 MiB ones: each request is a thread's hop and a head to parse)."""
 
 MIN_PART_BYTES = 1 * MIB
 """Smallest part the controller picks (parts shrink as streams grow under the cap)."""
@@ -143,7 +147,6 @@ class StreamController:
         self._trial: Setting | None = None  # a step being measured
         self._phase = _Phase.STREAMS
         self._held = 0
-        self._warm = False  # the first window (new connections) has been seen
 
     @property
     def setting(self) -> Setting:
@@ -172,9 +175,6 @@ class StreamController:
             return self._back_off()
         if not window.saturated or window.seconds <= 0 or window.bytes <= 0:
             return self.setting
-        if not self._warm:
-            self._warm = True
-            return self.setting
         rate = window.bytes / window.seconds
         if self._trial is not None:
             if self._kept_rate is not None and rate >= self._kept_rate * GAIN:
@@ -183,7 +183,12 @@ class StreamController:
                 self._trial = None
                 self._phase = _Phase.PARTS if self._phase is _Phase.STREAMS else _Phase.HOLD
             return self._step()
-        self._kept_rate = rate if self._kept_rate is None else (self._kept_rate + rate) / 2
+        # What the kept setting gives: averaged while it holds, but never below the window just
+        # measured (after a slow spell, one good window restores it: a step must beat the
+        # setting at its best, or a spell's end would pass for the step's gain).
+        if self._kept_rate is not None:
+            rate = max(rate, (self._kept_rate + rate) / 2)
+        self._kept_rate = rate
         if self._phase is _Phase.HOLD:
             self._held += 1
             if self._held < REPROBE_WINDOWS:

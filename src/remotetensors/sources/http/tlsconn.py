@@ -98,11 +98,13 @@ class TlsStream:
         while True:
             try:
                 # With a buffer, read() fills it and returns the count (typeshed says bytes).
-                return int(self._tls.read(len(buffer), buffer))
+                count = int(self._tls.read(len(buffer), buffer))
             except ssl.SSLWantReadError:
                 pass
             except (ssl.SSLZeroReturnError, ssl.SSLEOFError):
                 return 0  # close_notify, or a close without it: the end of the stream
+            else:
+                return count + self._more(buffer[count:]) if count else 0
             finally:
                 if self._outgoing.pending:  # a key update's answer, a ticket's acknowledgement
                     self._flush()
@@ -111,6 +113,22 @@ class TlsStream:
                 self._incoming.write(self._chunk[:count])
             else:
                 self._incoming.write_eof()
+
+    def _more(self, buffer: memoryview) -> int:
+        """Decrypt the records already received into ``buffer``, as far as it holds them: one
+        trip through the caller's loop per system call's worth, not per 16 KiB record (that
+        loop's bookkeeping cost more than the decryption). Never waits; the end of the stream
+        or an error is left for the next call to report."""
+        count = 0
+        while count < len(buffer) and self._incoming.pending:
+            try:
+                more = int(self._tls.read(len(buffer) - count, buffer[count:]))
+            except (ssl.SSLWantReadError, ssl.SSLZeroReturnError, ssl.SSLEOFError):
+                break
+            if not more:
+                break
+            count += more
+        return count
 
     def send(self, data: bytes | bytearray | memoryview) -> int:
         """Encrypt ``data`` and send what the socket takes; returns ``len(data)``: what it
