@@ -124,9 +124,7 @@ async def fetch_into(
                     parts = _take(queue, budget.setting.part_size_bytes)
                     task = asyncio.ensure_future(run(parts))
                     task.add_done_callback(
-                        functools.partial(
-                            ended, ticket, parts[-1].range.end - parts[0].range.start
-                        )
+                        functools.partial(ended, ticket, parts[-1].range.end - parts[0].range.start)
                     )
                     tasks.append(task)
                 await asyncio.gather(*tasks)
