@@ -10,12 +10,12 @@ DEFAULT_HEADER_WINDOW_BYTES = 64 * 1024
 """First request of a file: this many bytes. Most shard headers fit (a 7B model's shards hold
 30-60 KB of header); a longer header costs one more request for just the missing tail."""
 
-DEFAULT_MAX_BYTES_IN_FLIGHT = 64 * 1024 * 1024
+DEFAULT_MAX_BYTES_IN_FLIGHT = 128 * 1024 * 1024
 """Bound of the bytes that the requests in flight of a file or model fetch at once, when their
-number or size adapts (see :mod:`remotetensors.reading.streams`). Parts read straight into
-their arrays hold no memory for it; parts read through scratch buffers (several small tensors
-in one request, or a source that returns bytes) hold at most this much. On a link of 50 ms
-round trips it still allows about 1.3 GB/s."""
+number or size adapts (see :mod:`remotetensors.reading.streams`): round two's eight parts of 16
+MiB. Parts read straight into their arrays hold no memory for it; parts read through scratch
+buffers (several small tensors in one request, or a source that returns bytes) hold at most
+this much. On a link of 50 ms round trips it still allows about 2.6 GB/s."""
 
 DEFAULT_CHUNK_BYTES = 64 * 1024 * 1024
 """``to_dask``: target bytes of one Dask chunk (whole rows; one range read each)."""
@@ -35,11 +35,12 @@ class ReadOptions:
             small files, everything).
         max_gap_bytes: largest hole between wanted byte ranges that is fetched to save a request.
         part_size_bytes: largest single request; bigger ranges are split and fetched
-            concurrently. None (the default) adapts it to the link, from 1 to 64 MiB
+            concurrently. None (the default) adapts it to the link: it starts at 16 MiB, and
+            shrinks as streams grow to stay within ``max_bytes_in_flight``, from 1 to 64 MiB
             (:mod:`remotetensors.reading.streams`); a number pins it.
         max_concurrency: requests in flight at once, for one file, or for a whole model (its
             shards share one budget), whatever number of calls run concurrently. None (the
-            default) adapts it to the link: it starts at 4 and doubles while throughput
+            default) adapts it to the link: it starts at 8 and doubles while throughput
             rises, up to 64, and halves on failures; a number pins it.
         max_bytes_in_flight: bound of ``streams * part size`` while either adapts; pinning
             both ``max_concurrency`` and ``part_size_bytes`` sets it aside.

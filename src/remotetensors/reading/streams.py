@@ -18,9 +18,12 @@ how many requests failed):
 - **streams**: it doubles them, and keeps the step while throughput rises by at least
   :data:`GAIN` (a step that pays less is undone, and the climb moves on to parts);
 - **parts**: it doubles the part size the same way (bigger parts pay where each request waits a
-  round trip), then holds;
-- while holding, it probes upwards again every :data:`REPROBE_WINDOWS` windows (the link may
-  have changed);
+  round trip);
+- **fewer**: it halves the streams, and keeps the step while throughput does not fall (where
+  the client's CPU is the bound, fewer streams are fewer threads contending for it: over
+  HTTPS on two cores, one stream decrypted at 1.5 GB/s and eight at 0.7-1.0), then holds;
+- while holding, it probes again every :data:`REPROBE_WINDOWS` windows, upwards first (the
+  link may have changed);
 - **back-off**: a step that does not pay is undone, and failed requests (retries, errors: a
   server under strain, a throttle) halve the streams at once. A throughput that merely drops
   at an unchanged setting is no reason to drop streams: on a machine shared with other work
@@ -49,14 +52,15 @@ START_STREAMS = 8
 """Streams of a fresh controller: round two's fixed eight. On two cores and plain loopback, 2
 to 16 streams measure the same within the machine's noise (a fresh array's first touch costs
 60 ms or 1 s per 512 MiB from one run to the next); on a link that caps each connection,
-starting at eight reaches sixteen one window sooner than four would. The controller does not
-go below its start but on failures (fewer streams never measured faster here)."""
+starting at eight reaches sixteen one window sooner than four would; where fewer do better
+(HTTPS decrypted on two cores), it comes down after its first steps up fail."""
 
-START_PART_BYTES = 8 * MIB
-"""Part size of a fresh controller: small enough that the first windows are short (a part
-takes 80 ms at 100 MB/s) and that eight of them are the bytes in flight allowed by default,
-large enough that a request's cost is small (on two cores and loopback, 4 MiB parts cost 7-10%
-more CPU than 16 MiB ones: each request is a thread's hop and a head to parse)."""
+START_PART_BYTES = 16 * MIB
+"""Part size of a fresh controller: round two's 16 MiB (eight of them are the bytes in flight
+allowed by default). On two cores and loopback, 8 MiB parts cost 7-10% more CPU (each request
+is a thread's hop and a head to parse); growing streams halves the parts to stay within the
+bound, which keeps a climb's windows short where it pays (sixteen 8 MiB parts at 100 MB/s
+each take 80 ms)."""
 
 MIN_PART_BYTES = 1 * MIB
 """Smallest part the controller picks (parts shrink as streams grow under the cap)."""
@@ -72,6 +76,10 @@ GAIN = 1.3
 streams are what the link lacks, doubling them nearly doubles the throughput; where the CPU is
 the bound, a window measures within 20-30% of the one before (page faults of fresh memory cost
 2-4x more from one moment to the next on a virtual machine), which must not pass for a gain."""
+
+FEWER_KEEPS = 1.0
+"""A step to fewer streams is kept when the throughput after it is at least this many times the
+one before: no gain is asked (fewer streams cost less), but no loss is allowed either."""
 
 REPROBE_WINDOWS = 8
 """Windows held before the controller probes upwards again."""
@@ -112,7 +120,12 @@ class Window:
 class _Phase(enum.Enum):
     STREAMS = "streams"
     PARTS = "parts"
+    FEWER = "fewer"
     HOLD = "hold"
+
+
+_NEXT = {_Phase.STREAMS: _Phase.PARTS, _Phase.PARTS: _Phase.FEWER, _Phase.FEWER: _Phase.HOLD}
+"""The climb's order: more streams, larger parts, fewer streams, then hold."""
 
 
 class StreamController:
@@ -177,11 +190,12 @@ class StreamController:
             return self.setting
         rate = window.bytes / window.seconds
         if self._trial is not None:
-            if self._kept_rate is not None and rate >= self._kept_rate * GAIN:
+            needed = FEWER_KEEPS if self._phase is _Phase.FEWER else GAIN
+            if self._kept_rate is not None and rate >= self._kept_rate * needed:
                 self._kept, self._kept_rate, self._trial = self._trial, rate, None
             else:  # it did not pay: undo it, and climb the next knob
                 self._trial = None
-                self._phase = _Phase.PARTS if self._phase is _Phase.STREAMS else _Phase.HOLD
+                self._phase = _NEXT[self._phase]
             return self._step()
         # What the kept setting gives: averaged while it holds, but never below the window just
         # measured (after a slow spell, one good window restores it: a step must beat the
@@ -203,12 +217,14 @@ class StreamController:
             kept = self._kept
             if self._phase is _Phase.STREAMS:
                 candidate = self._fit(kept.streams * 2, kept.part_size_bytes)
-            else:
+            elif self._phase is _Phase.PARTS:
                 candidate = self._fit(kept.streams, kept.part_size_bytes * 2)
+            else:
+                candidate = self._fit(kept.streams // 2, kept.part_size_bytes)
             if candidate != kept:
                 self._trial = candidate
                 return candidate
-            self._phase = _Phase.PARTS if self._phase is _Phase.STREAMS else _Phase.HOLD
+            self._phase = _NEXT[self._phase]
         return self._kept
 
     def _back_off(self) -> Setting:

@@ -598,9 +598,14 @@ class RawRangeClient:
     @staticmethod
     def receives_in_threads(url: str) -> bool:
         """Whether bodies of at least :data:`THREAD_BODY_BYTES` from ``url`` are received in
-        worker threads: over plain TCP and TLS alike (see :mod:`.tlsconn`)."""
+        worker threads that fault the destination's fresh pages as they go, so that nobody
+        need map them ahead: over plain TCP. Over TLS the threads decrypt into the
+        destination (see :mod:`.tlsconn`), and first touches from OpenSSL's writes cost more
+        CPU than pages mapped ahead on another core: a 512 MiB body with one stream took 0.56
+        s of CPU, 0.38 s with its pages mapped ahead (``benchmarks/results/2026-11-25-
+        perf3.md``), so there the reader maps them ahead as for the loop's bodies."""
         try:
-            return _address(url)[0][0] in ("http", "https")
+            return _address(url)[0][0] == "http"
         except ValueError:  # a URL that cannot be sent has no bodies
             return False
 
