@@ -212,12 +212,16 @@ def local_reads(python_path: str | None) -> list[str]:
 
 
 def child(argv: list[str], python_path: str | None) -> str:
+    """What ``argv`` printed, or its failure (the last lines of its stderr) for the report: one
+    script that fails does not lose the rows measured before it."""
     env = dict(os.environ)
     if python_path is not None:
         env["PYTHONPATH"] = python_path
-    return subprocess.run(
-        argv, capture_output=True, text=True, check=True, cwd=run.ROOT, env=env
-    ).stdout
+    done = subprocess.run(argv, capture_output=True, text=True, cwd=run.ROOT, env=env)
+    if done.returncode != 0:
+        tail = "\n".join(done.stderr.strip().splitlines()[-5:])
+        return f"(failed: {' '.join(argv[1:])}, exit {done.returncode})\n\n```\n{tail}\n```"
+    return done.stdout
 
 
 def round_two(python_path: str | None) -> list[str]:

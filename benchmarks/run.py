@@ -70,6 +70,16 @@ def serving(folder: Path, latency_ms: float) -> Iterator[Server]:
         server.stop()
 
 
+@contextmanager
+def first_contact() -> Iterator[dict[str, str]]:
+    """The environment for a child process that meets its files for the first time: its own
+    empty ``REMOTETENSORS_CACHE``, removed afterwards (the persistent cache would otherwise
+    answer later rounds from what earlier ones kept, and keep the benchmark's files in the
+    user's cache; it has its own benchmark, ``cache.py``)."""
+    with tempfile.TemporaryDirectory(prefix="rt-bench-cache-") as folder:
+        yield dict(os.environ, REMOTETENSORS_CACHE=folder)
+
+
 def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
     started = time.perf_counter()
     result = fn()
@@ -203,7 +213,9 @@ def count_ours(server: Server, repo: str, prefix: str = "") -> dict[str, int]:
     import remotetensors as rt
 
     os.environ["HF_ENDPOINT"] = server.url + prefix
-    with rt.open_model(f"hf://bench/{repo}", token=False) as model:
+    # A first contact every round: the persistent cache has its own benchmark (cache.py).
+    options = rt.ReadOptions(cache=False)
+    with rt.open_model(f"hf://bench/{repo}", token=False, options=options) as model:
         return model.parameter_count()
 
 
@@ -245,7 +257,7 @@ def count_fsspec(server: Server, repo: str, prefix: str = "") -> dict[str, int]:
 def partial_ours(server: Server, names: list[str]) -> dict[str, Any]:
     import remotetensors as rt
 
-    with rt.open_model(f"{server.url}/files/big/") as model:
+    with rt.open_model(f"{server.url}/files/big/", options=rt.ReadOptions(cache=False)) as model:
         return model.get_tensors(names)
 
 
@@ -519,13 +531,20 @@ def big_tensor(
     for _ in range(rounds):
         for tool, (imports, body) in tools.items():
             server.stats()
-            out = subprocess.run(
-                [sys.executable, "-c", BIG_WRAPPER.format(imports=setup + imports, body=body), url],
-                capture_output=True,
-                text=True,
-                check=True,
-                cwd=ROOT,
-            ).stdout.split()
+            with first_contact() as env:
+                out = subprocess.run(
+                    [
+                        sys.executable,
+                        "-c",
+                        BIG_WRAPPER.format(imports=setup + imports, body=body),
+                        url,
+                    ],
+                    capture_output=True,
+                    text=True,
+                    check=True,
+                    cwd=ROOT,
+                    env=env,
+                ).stdout.split()
             stats = server.stats()
             assert stats["bytes"] >= size, (tool, stats, size)
             runs[tool].append((float(out[0]), int(out[1]), stats))
@@ -577,7 +596,7 @@ SCALE_WAYS = {
     ),
     # The API for many locations: 64 at once, each closed when summarised (flat memory).
     "scan, 64 at once": (
-        "options = rt.ReadOptions(read_configs=False, progress=False)\n"
+        "options = rt.ReadOptions(read_configs=False, progress=False, cache=False)\n"
         "n = sum(len(r.summary.by_dtype) and r.summary.files for r in "
         "rt.scan(urls, concurrency=64, options=options) if r.summary)\n"
     ),
@@ -596,13 +615,15 @@ def scale(server: Server, count: int, way: str) -> dict[str, Any]:
         "print(elapsed, cpu, hwm, n)\n"
     )
     server_cpu = server.cpu_seconds()
-    out = subprocess.run(
-        [sys.executable, "-c", snippet, f"{server.url}/files/many{count}", str(count)],
-        capture_output=True,
-        text=True,
-        check=True,
-        cwd=ROOT,
-    ).stdout.split()
+    with first_contact() as env:
+        out = subprocess.run(
+            [sys.executable, "-c", snippet, f"{server.url}/files/many{count}", str(count)],
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd=ROOT,
+            env=env,
+        ).stdout.split()
     return {
         "files": count,
         "way": way,

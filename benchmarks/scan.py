@@ -57,7 +57,8 @@ def write_repos(root: Path, count: int) -> list[str]:
 
 def ours(url: str, repos: list[str]) -> dict[str, int]:
     os.environ["HF_ENDPOINT"] = url
-    options = rt.ReadOptions(read_configs=False, progress=False)
+    # A first contact: the persistent cache has its own benchmark (cache.py).
+    options = rt.ReadOptions(read_configs=False, progress=False, cache=False)
     counts = {}
     for result in rt.scan(
         [f"hf://{r}" for r in repos], concurrency=16, token=False, options=options
