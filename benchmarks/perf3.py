@@ -122,7 +122,9 @@ def certificate(folder: Path) -> tuple[Path, Path, Path]:
     return chain, key, ca_pem
 
 
-def large_reads(root: Path, path: Path, rounds: int, base_src: Path | None) -> list[str]:
+def large_reads(
+    root: Path, path: Path, rounds: int, base_src: Path | None, warm_memory: bool = True
+) -> list[str]:
     chain, key, ca = certificate(root)
     settings: dict[str, dict[str, Any]] = {
         "plain": {},
@@ -140,7 +142,9 @@ def large_reads(root: Path, path: Path, rounds: int, base_src: Path | None) -> l
                 if server is None:
                     return ["nginx is not installed (apt-get install nginx-light): no tables"]
                 started = time.perf_counter()
-                rows = run.big_tensor(server, path, SIZE, tools(link, base_src), setup, rounds)
+                rows = run.big_tensor(
+                    server, path, SIZE, tools(link, base_src), setup, rounds, warm_memory
+                )
                 seconds = time.perf_counter() - started
         finally:
             os.environ.pop("SSL_CERT_FILE", None)
@@ -253,6 +257,11 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--base-src", type=Path, default=None)
     parser.add_argument("--skip-round-two", action="store_true")
+    parser.add_argument(
+        "--cold-memory",
+        action="store_true",
+        help="do not touch memory before each large-read run (see run.big_tensor)",
+    )
     parser.add_argument("--out", type=Path, default=HERE / "results")
     args = parser.parse_args()
     ours_src = str(run.ROOT / "src")
@@ -271,7 +280,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as folder:
         root = Path(folder)
         path = run.write_big_tensor(root)
-        report += large_reads(root, path, args.rounds, args.base_src)
+        report += large_reads(root, path, args.rounds, args.base_src, not args.cold_memory)
     print("local ...", file=sys.stderr, flush=True)
     report += ["## Local files (local_read.py, medians of 5 alternated rounds)", ""]
     report += local_reads(ours_src)

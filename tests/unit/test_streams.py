@@ -350,8 +350,12 @@ async def test_the_budget_measures_each_request_from_its_own_start() -> None:
     clock.now += 0.25
     for ticket in tickets:
         budget.release(ticket, MIB)
-    # streams x (bytes per second of request): the request-seconds shared among the streams.
-    seconds = (0.5 + 0.25) * (streams // 2) / streams
+    # Little's law: each request's seconds shared with those in flight beside it on average
+    # (the early half ran with half the streams for half their time, the late half with all).
+    half = streams // 2
+    early = 0.5 / ((half * 0.25 + streams * 0.25) / 0.5)
+    late = 0.25 / streams
+    seconds = half * early + half * late
     assert controller.windows == [Window(streams * MIB, seconds, saturated=False, failures=0)]
 
 
@@ -441,7 +445,12 @@ async def test_more_streams_wake_the_waiters_at_once() -> None:
     assert budget.setting.streams == 2 * streams
     # The streams freed went to waiters one by one, and the new ones at once.
     assert sum(w.done() for w in waiting) == 2 * streams
-    assert {w.result().generation for w in waiting if w.done()} == {0, 1}
+    # Those woken before the window closed came after its requests: counted in none; the
+    # rest are the next window's.
+    assert Counter(w.result().window for w in waiting if w.done()) == {
+        -1: streams - 1,
+        1: streams + 1,
+    }
 
 
 async def test_a_failed_request_halves_the_streams() -> None:

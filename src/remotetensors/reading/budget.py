@@ -7,15 +7,19 @@ deliver in windows and hands each window to the controller, which answers with t
 part size to use next. The controller decides; the budget only counts and keeps time.
 
 Each request is timed on its own, from the stream it was given (:meth:`StreamBudget.acquire`
-returns a :class:`Ticket`) to its end, and a window is the requests begun at the current
-setting: it closes once ``streams`` of them have ended (or at once on a failure), and measures
-``streams`` times their bytes per second of request, what the setting delivers when every
-stream is busy. Requests begun before a change end during the next setting's first moments and
-would blur it (on a link that caps each connection, the window after eight streams became
-sixteen measured less than the eight had: 487 against 630 MB/s), so they are not counted; nor
-is idle time between reads. A window is *saturated* when every stream allowed was busy for at
-least :data:`SATURATED_SHARE` of the time any was (otherwise the reads asked for less than the
-budget allowed, and the window says nothing of the link).
+returns a :class:`Ticket`) to its end. A window is the first ``streams`` requests begun after
+the one before closed (after a change, the first at the new setting); it closes when all of
+them have ended, or at once on a failure. Closing on the first ``streams`` to end, whichever
+began when, measured the fastest (on HTTPS with one core decrypting, the requests that held it
+longest: twice what the link gave), and requests begun before a change end during the next
+setting's first moments, their bytes mostly moved before it (on a link that caps each
+connection, the window after eight streams became sixteen measured less than the eight had:
+487 against 630 MB/s); neither is counted. What the setting delivers is, by Little's law, what
+each of the window's requests delivered per second of its own times the requests in flight on
+average while it ran (the window's seconds are each request's seconds divided by that average,
+summed); idle time between reads is nobody's. A window is *saturated* when every stream
+allowed was busy for at least :data:`SATURATED_SHARE` of the time any was (otherwise the reads
+asked for less than the budget allowed, and the window says nothing of the link).
 """
 
 from __future__ import annotations
@@ -42,7 +46,11 @@ class Ticket:
     generation) the request that holds it began."""
 
     started: float
-    generation: int
+    window: int
+    """The window whose measure the request is part of, or -1 (begun after the window had its
+    ``streams`` requests)."""
+    stream_seconds: float
+    """The budget's integral of requests in flight over time when the request began."""
 
 
 class StreamBudget:
@@ -59,12 +67,14 @@ class StreamBudget:
         self._controller = controller
         self._clock = clock
         self._setting = controller.setting
-        self._generation = 0  # counts the changes of setting
+        self._window = 0  # counts the windows
+        self._issued = 0  # requests of the current window begun so far
         self._in_flight = 0
         self._waiters: deque[asyncio.Future[Ticket]] = deque()
         self._mark = clock()
         self._busy = 0.0
         self._full = 0.0
+        self._stream_seconds = 0.0  # the integral of the requests in flight over time, ever
         self._bytes = 0
         self._request_seconds = 0.0
         self._completed = 0
@@ -115,9 +125,13 @@ class StreamBudget:
         self._account()
         self._in_flight -= 1
         self._failures += failed
-        if ticket.generation == self._generation and not failed:
+        if ticket.window == self._window and not failed:
             self._bytes += nbytes
-            self._request_seconds += self._mark - ticket.started
+            seconds = self._mark - ticket.started
+            if seconds > 0:
+                # Its seconds, shared with the requests in flight beside it on average.
+                in_flight = (self._stream_seconds - ticket.stream_seconds) / seconds
+                self._request_seconds += seconds / max(in_flight, 1.0)
             self._completed += 1
         if self._failures or self._completed >= self._setting.streams:
             self._close_window()
@@ -137,7 +151,9 @@ class StreamBudget:
     def _enter(self) -> Ticket:
         self._account()
         self._in_flight += 1
-        return Ticket(self._mark, self._generation)
+        counted = self._issued < self._setting.streams
+        self._issued += counted
+        return Ticket(self._mark, self._window if counted else -1, self._stream_seconds)
 
     def _account(self) -> None:
         """Add the time since the last change to the window: busy while a request is in
@@ -146,24 +162,22 @@ class StreamBudget:
         elapsed, self._mark = now - self._mark, now
         if self._in_flight:
             self._busy += elapsed
+            self._stream_seconds += elapsed * self._in_flight
             if self._in_flight >= self._setting.streams:
                 self._full += elapsed
 
     def _close_window(self) -> None:
-        streams = self._setting.streams
         window = Window(
             bytes=self._bytes,
-            # The requests' own time, shared among the streams: bytes / seconds is then
-            # ``streams`` times what one request delivered per second.
-            seconds=self._request_seconds / streams,
+            seconds=self._request_seconds,
             saturated=self._full >= SATURATED_SHARE * self._busy,
             failures=self._failures,
         )
-        self._bytes = self._completed = self._failures = 0
+        self._bytes = self._completed = self._failures = self._issued = 0
+        self._window += 1
         self._busy = self._full = self._request_seconds = 0.0
         before, self._setting = self._setting, self._controller.observe(window)
         if self._setting != before:
-            self._generation += 1
             log.debug(
                 "streams %d x %d KiB -> %d x %d KiB (%.0f MB/s over %.3f s%s)",
                 before.streams,
