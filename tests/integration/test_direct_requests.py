@@ -287,3 +287,42 @@ def test_a_large_https_body_is_decrypted_in_a_worker_thread_and_its_connection_k
     # Every request on the one connection (one handshake), handed back after each body.
     assert len(server.requests) == 4
     assert server.connections == 1
+
+
+def test_https_bodies_in_threads_decrypt_one_fewer_at_once_than_the_machine_has_cores(
+    serve: Callable[..., RawServer], tls: ThrowawayCA, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from remotetensors.sources.http import tlsconn
+
+    class Counting:
+        """The decrypting slots, counted: how many body threads held one at once."""
+
+        def __init__(self, slots: int) -> None:
+            self._slots = threading.BoundedSemaphore(slots)
+            self._lock = threading.Lock()
+            self.holding = self.peak = self.entries = 0
+
+        def __enter__(self) -> None:
+            self._slots.acquire()
+            with self._lock:
+                self.holding += 1
+                self.entries += 1
+                self.peak = max(self.peak, self.holding)
+
+        def __exit__(self, *_: object) -> None:
+            with self._lock:
+                self.holding -= 1
+            self._slots.release()
+
+    slots = max(1, (os.cpu_count() or 1) - 1)
+    assert tlsconn._DECRYPTING._value == slots
+    counting = Counting(slots)
+    monkeypatch.setattr(tlsconn, "_DECRYPTING", counting)
+    w = np.random.default_rng(7).standard_normal(8 * 1024 * 1024).astype(np.float32)  # 32 MiB
+    server = serve(files_handler({"m.safetensors": write_reference({"w": w})}), tls=tls.server)
+    options = rt.ReadOptions(max_concurrency=8, part_size_bytes=1 << 20)
+    with rt.safe_open(f"{server.url}/files/m.safetensors", options=options) as f:
+        assert f.get_tensor("w").tobytes() == w.tobytes()
+    # Eight bodies in eight threads at once, decrypting no more than the slots allow at a time.
+    assert counting.entries >= 32  # every part's records went through a slot
+    assert 1 <= counting.peak <= slots

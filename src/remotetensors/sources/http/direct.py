@@ -328,9 +328,10 @@ class _Protocol(asyncio.BufferedProtocol):
         self._stop_thread.clear()
         loop = asyncio.get_running_loop()
         try:
+            ended = transport.thread_ended if isinstance(transport, TlsTransport) else None
             job = loop.run_in_executor(
                 _body_threads(),
-                functools.partial(_receive, owned=owned, leftover=leftover),
+                functools.partial(_receive, owned=owned, leftover=leftover, ended=ended),
                 sock,
                 body,
                 self._moved,
@@ -467,11 +468,13 @@ def _receive(
     clock: Callable[[], float] = time.monotonic,
     owned: bool = True,
     leftover: memoryview | None = None,
+    ended: Callable[[], None] | None = None,
 ) -> None:
     """In a worker thread: take ``leftover`` (bytes of ``body`` already received, see
     :meth:`Body.feed`), receive the rest of ``body`` from ``sock`` (non-blocking, as the loop
     left it; a plain socket, or a TLS stream that decrypts as it receives), then close ``sock``
-    when ``owned`` (a duplicate of its own; a borrowed TLS stream goes back to the loop). It
+    when ``owned`` (a duplicate of its own; a borrowed TLS stream goes back to the loop, and
+    ``ended`` tells its transport the thread is done with it, last of all). It
     ends when the body's framing ends (``body.done``), when the connection closes (told to
     ``body``, which it ends when the close delimits it), on an error, on ``stop``, or after
     ``idle_seconds`` without a byte (the loop's watchdog ends a stalled body first; this bound
@@ -527,6 +530,8 @@ def _receive(
             sock.close()  # a duplicate: the connection itself stays open for the loop
         if unreported:
             counted(unreported)
+        if ended is not None:
+            ended()
 
 
 class _Watchdog:

@@ -266,6 +266,12 @@ class TlsTransport(asyncio.Transport):
         self._lent = False  # a body thread reads the stream
         self._closing = False
         self._waker: socket.socket | None = None
+        # Between the loop and a borrowing thread: whether the thread has ended, and whether
+        # the connection's sockets are closed (by whichever of the two comes last).
+        self._handover = threading.Lock()
+        self._thread_ended = False
+        self._released = False
+        self._finished = False
         protocol.connection_made(self)
         self._watch()
 
@@ -311,11 +317,13 @@ class TlsTransport(asyncio.Transport):
         """Stop reading and close; a borrowing thread is woken and the close waits for it."""
         if self._closing:
             return
-        self._closing = True
+        with self._handover:
+            self._closing = True
+            waiting = self._lent and not self._thread_ended
         self._unwatch()
         with contextlib.suppress(OSError, ValueError):
             self._loop.remove_writer(self._fd)
-        if self._lent:
+        if waiting:
             self.wake()
             return
         self._finish()
@@ -329,8 +337,18 @@ class TlsTransport(asyncio.Transport):
         """The stream, for a body thread to receive from until :meth:`take_back`; the loop
         reads nothing meanwhile."""
         self._lent = self._stream.lent = True
+        self._thread_ended = False
         self.pause_reading()
         return self._stream
+
+    def thread_ended(self) -> None:
+        """In the borrowing thread, as it ends: where the transport was closed meanwhile, the
+        connection's sockets are closed now, from the thread (the loop's :meth:`take_back`
+        may never come: a loop closed or stopped before the thread ended)."""
+        with self._handover:
+            self._thread_ended = True
+            if self._closing:
+                self._release()
 
     def take_back(self) -> None:
         """The thread is done with the stream (in the loop); a close asked meanwhile happens
@@ -397,7 +415,18 @@ class TlsTransport(asyncio.Transport):
                 self._loop.remove_writer(self._fd)
 
     def _finish(self) -> None:
+        if self._finished:
+            return
+        self._finished = True
+        with self._handover:
+            self._release()
+        self._loop.call_soon(self._protocol.connection_lost, None)
+
+    def _release(self) -> None:
+        """Close the connection's sockets, once (the caller holds ``_handover``)."""
+        if self._released:
+            return
+        self._released = True
         if self._waker is not None:
             self._waker.close()
         self._stream.close()
-        self._loop.call_soon(self._protocol.connection_lost, None)
