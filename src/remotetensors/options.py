@@ -12,7 +12,7 @@ DEFAULT_HEADER_WINDOW_BYTES = 64 * 1024
 
 DEFAULT_MAX_BYTES_IN_FLIGHT = 128 * 1024 * 1024
 """Bound of the bytes that the requests in flight of a file or model fetch at once, when their
-number or size adapts (see :mod:`remotetensors.reading.streams`): round two's eight parts of 16
+number or size adapts (see ``remotetensors.reading.streams``): round two's eight parts of 16
 MiB. Parts read straight into their arrays hold no memory for it; parts read through scratch
 buffers (several small tensors in one request, or a source that returns bytes) hold at most
 this much. On a link of 50 ms round trips it still allows about 2.6 GB/s."""
@@ -37,7 +37,7 @@ class ReadOptions:
         part_size_bytes: largest single request; bigger ranges are split and fetched
             concurrently. None (the default) adapts it to the link: it starts at 16 MiB, and
             shrinks as streams grow to stay within ``max_bytes_in_flight``, from 1 to 64 MiB
-            (:mod:`remotetensors.reading.streams`); a number pins it.
+            (``remotetensors.reading.streams``); a number pins it.
         max_concurrency: requests in flight at once, for one file, or for a whole model (its
             shards share one budget), whatever number of calls run concurrently. None (the
             default) adapts it to the link: it starts at 8 and doubles while throughput
