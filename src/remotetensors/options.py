@@ -40,8 +40,9 @@ class ReadOptions:
             (``remotetensors.reading.streams``); a number pins it.
         max_concurrency: requests in flight at once, for one file, or for a whole model (its
             shards share one budget), whatever number of calls run concurrently. None (the
-            default) adapts it to the link: it starts at 8 and doubles while throughput
-            rises, up to 64, and halves on failures; a number pins it.
+            default) adapts it to the link: it starts at 8, doubles while throughput
+            rises (up to 64), tries half as many where they deliver as much, and halves on
+            failures and retries; a number pins it.
         max_bytes_in_flight: bound of ``streams * part size`` while either adapts; pinning
             both ``max_concurrency`` and ``part_size_bytes`` sets it aside.
         progress: show tqdm bars for downloads and shard scans that take more than a second;

@@ -471,6 +471,21 @@ async def test_a_retried_request_halves_the_streams() -> None:
     assert budget.setting.streams == streams // 2
 
 
+async def test_a_request_given_back_leaves_its_place_in_the_window_to_the_next() -> None:
+    # A read cancelled mid-way gives its streams back unmeasured: the window must still close.
+    clock = Clock()
+    controller = Recording()
+    budget = StreamBudget(controller, clock=clock)
+    streams = budget.setting.streams
+    tickets = [await budget.acquire() for _ in range(streams)]
+    budget.give_back(tickets.pop())  # cancelled
+    tickets.append(await budget.acquire())  # the next request takes its place
+    clock.now += 1.0
+    for ticket in tickets:
+        budget.release(ticket, MIB)
+    assert controller.windows == [Window(streams * MIB, 1.0, saturated=True, failures=0)]
+
+
 async def test_a_cancelled_wait_leaks_no_stream() -> None:
     budget = StreamBudget(StreamController(streams=1))
     ticket = await budget.acquire()

@@ -42,8 +42,8 @@ SATURATED_SHARE = 0.75
 
 @dataclass(frozen=True, slots=True)
 class Ticket:
-    """A stream handed out: when (the budget's clock, seconds) and at which setting (its
-    generation) the request that holds it began."""
+    """A stream handed out: when the request that holds it began (the budget's clock,
+    seconds), in which window, and how far the budget's streams-in-flight integral stood."""
 
     started: float
     window: int
@@ -114,7 +114,7 @@ class StreamBudget:
             return await waiter
         except asyncio.CancelledError:
             if waiter.done() and not waiter.cancelled():
-                self.give_back()  # a stream was handed over as the wait was cancelled
+                self.give_back(waiter.result())  # handed over as the wait was cancelled
             else:
                 self._waiters.remove(waiter)
             raise
@@ -137,11 +137,14 @@ class StreamBudget:
             self._close_window()
         self._wake()
 
-    def give_back(self) -> None:
-        """A stream acquired but not used (a read cancelled before its request): nothing is
-        learnt from it."""
+    def give_back(self, ticket: Ticket) -> None:
+        """A stream acquired but not used, or a request cancelled: nothing is learnt from it,
+        and its place in the window goes to the next request (else the window, waiting for
+        it, would never close)."""
         self._account()
         self._in_flight -= 1
+        if ticket.window == self._window:
+            self._issued -= 1
         self._wake()
 
     def count_retry(self, *_: object) -> None:

@@ -97,7 +97,7 @@ async def fetch_into(
         # Here, not in run(): a task cancelled before it began never runs its body, and its
         # stream must come back all the same.
         if task.cancelled():
-            budget.give_back()
+            budget.give_back(ticket)
         elif task.exception() is not None:
             failed.append(True)
             budget.release(ticket, 0, failed=True)
@@ -119,7 +119,7 @@ async def fetch_into(
                 while queue:
                     ticket = await budget.acquire()
                     if failed:  # a request failed: start no more, raise its error below
-                        budget.give_back()
+                        budget.give_back(ticket)
                         break
                     parts = _take(queue, budget.setting.part_size_bytes)
                     task = asyncio.ensure_future(run(parts))
