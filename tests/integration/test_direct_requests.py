@@ -276,14 +276,14 @@ def test_a_large_https_body_is_decrypted_in_a_worker_thread_and_its_connection_k
         assert f.get_tensor("big").tobytes() == big.tobytes()
         assert f.get_tensor("small").tobytes() == small.tobytes()
         assert f.get_tensor("big").tobytes() == big.tobytes()
-    # Each big body decrypted in a body thread, from the TLS stream it borrowed, all of it (the
-    # bytes that came with the head too); the loop read the heads, the window and the small one.
+    # Each big body decrypted in a body thread, from the TLS stream it borrowed, all but the
+    # bytes that came with its head; the loop read the heads, the window and the small one.
     assert len(seen) == 2, seen
     for name, kind, length, received in seen:
         assert name.startswith("remotetensors-body"), name
         assert kind == "TlsStream"
         assert length >= big.nbytes - options.header_window_bytes
-        assert received == 0
+        assert received < 64 * 1024  # one receive of the head's
     # Every request on the one connection (one handshake), handed back after each body.
     assert len(server.requests) == 4
     assert server.connections == 1

@@ -93,6 +93,10 @@ _POLL_SECONDS = 1.0
 """Longest single wait of a body thread for its socket to become readable: a bound on how late
 it notices its ``stop`` event (the loop also shuts the socket down, which wakes it at once)."""
 
+_NO_SCRATCH = memoryview(b"")
+"""What a body that uses no scratch is handed instead (see :attr:`Body.uses_scratch`)."""
+
+
 _executor: ThreadPoolExecutor | None = None
 
 
@@ -250,8 +254,9 @@ class _Protocol(asyncio.BufferedProtocol):
         status = head.status
         headers = Fields(head.fields)
         self._answer = (status, headers)
-        leftover = memoryview(bytes(self._head))
-        self._head.clear()
+        # The bytes after the head: the buffer itself, not a copy (a body thread may hold them
+        # until it starts); the next head goes into a new one.
+        leftover, self._head = memoryview(self._head), bytearray()
         tokens = {
             token.strip().lower()
             for value in headers.get_list("Connection")
@@ -275,17 +280,16 @@ class _Protocol(asyncio.BufferedProtocol):
             return
         self._body = body
         self._mode = "body"
-        # A long body goes to a thread with the bytes that came with its head: writing them
-        # into the destination is the first touch of its fresh pages, whose faults (a huge
-        # page's at a time) the loop's thread would otherwise serve, one part after another.
-        if len(body.target) - len(leftover) >= THREAD_BODY_BYTES and self._receive_in_thread(
-            leftover
-        ):
-            return
+        # The bytes that came with the head go in here, and the buffer that held them is freed
+        # before the rest arrives (handing them to the thread kept 64 KiB alive beside every
+        # part in flight for as long as its thread took to start).
         try:
             body.feed(leftover)
         except (FramingError, BodyOverrun) as exc:
             self._fail(self._failure(exc))
+            return
+        del leftover
+        if len(body.target) - body.received >= THREAD_BODY_BYTES and self._receive_in_thread():
             return
         self._finish_if_done()
 
@@ -299,10 +303,9 @@ class _Protocol(asyncio.BufferedProtocol):
             self.received,
         )
 
-    def _receive_in_thread(self, leftover: memoryview) -> bool:
-        """Hand the body to a worker thread, ``leftover`` (its first bytes, which came with the
-        head) first; False (the loop reads it all) where the connection's socket cannot be
-        had."""
+    def _receive_in_thread(self) -> bool:
+        """Hand the rest of the body to a worker thread; False (the loop reads it) where the
+        connection's socket cannot be had."""
         transport, body = self.transport, self._body
         if transport is None or body is None:
             return False
@@ -331,7 +334,7 @@ class _Protocol(asyncio.BufferedProtocol):
             ended = transport.thread_ended if isinstance(transport, TlsTransport) else None
             job = loop.run_in_executor(
                 _body_threads(),
-                functools.partial(_receive, owned=owned, leftover=leftover, ended=ended),
+                functools.partial(_receive, owned=owned, ended=ended),
                 sock,
                 body,
                 self._moved,
@@ -467,11 +470,9 @@ def _receive(
     poll_seconds: float = _POLL_SECONDS,
     clock: Callable[[], float] = time.monotonic,
     owned: bool = True,
-    leftover: memoryview | None = None,
     ended: Callable[[], None] | None = None,
 ) -> None:
-    """In a worker thread: take ``leftover`` (bytes of ``body`` already received, see
-    :meth:`Body.feed`), receive the rest of ``body`` from ``sock`` (non-blocking, as the loop
+    """In a worker thread: receive the rest of ``body`` from ``sock`` (non-blocking, as the loop
     left it; a plain socket, or a TLS stream that decrypts as it receives), then close ``sock``
     when ``owned`` (a duplicate of its own; a borrowed TLS stream goes back to the loop, and
     ``ended`` tells its transport the thread is done with it, last of all). It
@@ -487,7 +488,8 @@ def _receive(
     Raises:
         FramingError, BodyOverrun: from ``body`` (the loop fails the request with them).
     """
-    scratch = memoryview(bytearray(_SCRATCH_BYTES))  # the thread's own: the loop's is in use
+    # The thread's own scratch (the loop's is in use), for the bodies that use one.
+    scratch = memoryview(bytearray(_SCRATCH_BYTES)) if body.uses_scratch else _NO_SCRATCH
     unreported = 0
     soonest, latest = _REPORT_SECONDS
     reported_at = last_byte_at = clock()
@@ -499,8 +501,6 @@ def _receive(
     else:  # Windows
         wait = functools.partial(select.select, [sock], [], [], poll_seconds)
     try:
-        if leftover:
-            body.feed(leftover)
         while not body.done:
             before = body.received
             try:

@@ -53,6 +53,10 @@ class Body:
 
     __slots__ = ("done", "received", "target")
 
+    uses_scratch = True
+    """Whether :meth:`buffer` may hand out the scratch it is given (a body whose bytes all go
+    to ``target`` needs none: a receiving thread then allocates none)."""
+
     def __init__(self, target: memoryview) -> None:
         self.target = target
         self.received = 0
@@ -103,6 +107,8 @@ class LengthBody(Body):
     """A body of exactly ``len(target)`` bytes (its ``Content-Length``)."""
 
     __slots__ = ()
+
+    uses_scratch = False
 
     def __init__(self, target: memoryview) -> None:
         super().__init__(target)
