@@ -91,6 +91,18 @@ def touch_and_free(nbytes: int) -> None:
     np.ones(nbytes, np.uint8)
 
 
+def run_first_contact(argv: list[str]) -> str:
+    """What ``argv`` prints, run from the project's root in :func:`first_contact`'s
+    environment.
+
+    Raises:
+        subprocess.CalledProcessError: it failed.
+    """
+    with first_contact() as env:
+        done = subprocess.run(argv, capture_output=True, text=True, check=True, cwd=ROOT, env=env)
+    return done.stdout
+
+
 def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
     started = time.perf_counter()
     result = fn()
@@ -557,20 +569,8 @@ def big_tensor(
             if warm_memory:
                 touch_and_free(WARM_BYTES)
             server.stats()
-            with first_contact() as env:
-                out = subprocess.run(
-                    [
-                        sys.executable,
-                        "-c",
-                        BIG_WRAPPER.format(imports=setup + imports, body=body),
-                        url,
-                    ],
-                    capture_output=True,
-                    text=True,
-                    check=True,
-                    cwd=ROOT,
-                    env=env,
-                ).stdout.split()
+            code = BIG_WRAPPER.format(imports=setup + imports, body=body)
+            out = run_first_contact([sys.executable, "-c", code, url]).split()
             stats = server.stats()
             assert stats["bytes"] >= size, (tool, stats, size)
             runs[tool].append((float(out[0]), int(out[1]), stats))
@@ -641,15 +641,8 @@ def scale(server: Server, count: int, way: str) -> dict[str, Any]:
         "print(elapsed, cpu, hwm, n)\n"
     )
     server_cpu = server.cpu_seconds()
-    with first_contact() as env:
-        out = subprocess.run(
-            [sys.executable, "-c", snippet, f"{server.url}/files/many{count}", str(count)],
-            capture_output=True,
-            text=True,
-            check=True,
-            cwd=ROOT,
-            env=env,
-        ).stdout.split()
+    argv = [sys.executable, "-c", snippet, f"{server.url}/files/many{count}", str(count)]
+    out = run_first_contact(argv).split()
     return {
         "files": count,
         "way": way,

@@ -129,9 +129,7 @@ async def fetch_into(
                     tasks.append(task)
                 await asyncio.gather(*tasks)
     except BaseException:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await _cancel_all(tasks)
         raise
     finally:
         shown.close()
@@ -260,10 +258,15 @@ async def gather_or_cancel(coroutines: Sequence[Coroutine[Any, Any, None]]) -> N
     try:
         await asyncio.gather(*tasks)
     except BaseException:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await _cancel_all(tasks)
         raise
+
+
+async def _cancel_all(tasks: Sequence[asyncio.Task[None]]) -> None:
+    """Cancel ``tasks`` and wait until every one has ended (their errors are the caller's)."""
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
 
 
 async def _fetch_parts(source: ByteSource, parts: list[Part], targets: Sequence[Target]) -> None:
