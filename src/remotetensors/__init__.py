@@ -25,6 +25,7 @@ from .errors import (
     HeaderError,
     HeaderErrorKind,
     IncompleteLoadError,
+    LayoutError,
     LeftOutWarning,
     LocationError,
     MissingDependencyError,
@@ -48,7 +49,7 @@ from .errors import (
 
 if TYPE_CHECKING:
     from .dtypes import DTYPES, DType
-    from .index import FileIndex, ModelIndex, TensorInfo, parameter_count
+    from .index import FileIndex, ModelIndex, TensorInfo, TensorLayout, parameter_count
     from .integrations.torch import LoadReport, load_into, load_into_async
     from .integrations.torch_iter import iter_tensors, iter_tensors_async
     from .models.checksum import verify_checksum, verify_checksum_async
@@ -73,7 +74,9 @@ _LAZY: dict[str, str] = {
     **dict.fromkeys(["Comparison", "compare"], ".views.compare"),
     **dict.fromkeys(["DTYPES", "DType"], ".dtypes"),
     **dict.fromkeys(["TensorView"], ".views.explore"),
-    **dict.fromkeys(["FileIndex", "ModelIndex", "TensorInfo", "parameter_count"], ".index"),
+    **dict.fromkeys(
+        ["FileIndex", "ModelIndex", "TensorInfo", "TensorLayout", "parameter_count"], ".index"
+    ),
     **dict.fromkeys(["MemoryEstimate"], ".quantization.memory"),
     **dict.fromkeys(["AsyncModel", "open_model_async"], ".models.model"),
     **dict.fromkeys(["ReadOptions"], ".options"),
@@ -158,6 +161,7 @@ __all__ = [
     "HeaderErrorKind",
     "HttpOptions",
     "IncompleteLoadError",
+    "LayoutError",
     "LeftOutWarning",
     "LoadReport",
     "LocationError",
@@ -183,6 +187,7 @@ __all__ = [
     "ShardNotOpenedError",
     "SliceError",
     "TensorInfo",
+    "TensorLayout",
     "TensorNotFoundError",
     "TensorSlice",
     "TensorStats",

@@ -407,6 +407,14 @@ class ReadOnlyStoreError(RemoteTensorsError, ValueError):
     ``ValueError`` too, as zarr's own read-only error is."""
 
 
+class LayoutError(RemoteTensorsError, ValueError):
+    """A tensor whose bytes are not laid out the way a path reads them: its elements are not
+    one row-major range of its file (a transposed or expanded view in a PyTorch ``.bin``),
+    where its bytes start is not confirmed yet, or gathering them would hand out far more
+    memory than the file holds for it. The message names the tensor, its layout and the path
+    that reads it instead (``get_tensor`` and slices honour every layout)."""
+
+
 class LeftOutWarning(RemoteTensorsError, UserWarning):
     """A tensor left out of a Zarr store, kerchunk references or a VirtualiZarr manifest: Zarr
     cannot express its dtype as stored, or its name as a node. The message names the tensor and

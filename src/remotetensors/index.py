@@ -16,6 +16,50 @@ from typing import Any, Final
 from . import hooks
 from .dtypes import DTYPES, DType, dtype
 
+MAX_EXPANSION = 64
+"""A read may hand out at most this many times the bytes it reads for a tensor whose elements
+repeat (an expanded view, stride 0), or :data:`MAX_EXPANDED_BYTES`, whichever is more:
+a few bytes of a file must not become gigabytes of memory."""
+
+MAX_EXPANDED_BYTES = 64 * 1024 * 1024
+"""See :data:`MAX_EXPANSION`."""
+
+
+def row_major_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """Element strides of a row-major (C order) tensor of ``shape``."""
+    strides = []
+    step = 1
+    for size in reversed(shape):
+        strides.append(step)
+        step *= max(size, 1)
+    return tuple(reversed(strides))
+
+
+@dataclass(frozen=True, slots=True)
+class TensorLayout:
+    """How a tensor lies in its file when its header entry alone does not say it: the layout
+    of a tensor that is not "the row-major elements of bytes ``[start, end)``, where the header
+    puts them". Formats that can only hold such tensors (safetensors, bintensors, GGUF) give
+    none; a PyTorch ``.bin`` gives one to every tensor.
+
+    Every path that reads bytes for a tensor asks :attr:`TensorInfo.layout` (through
+    :meth:`TensorInfo.row_major` and :attr:`predicted`) and honours it or refuses with a
+    :class:`~remotetensors.errors.LayoutError` naming the tensor.
+
+    Attributes:
+        strides: elements between neighbours along each dimension. When they are not the
+            row-major ones (a transposed view, an expanded one with stride 0), ``[start, end)``
+            is the span from the first element used to the last, and the elements must be
+            gathered from it.
+        predicted: where the bytes start is predicted (a zip member's data, placed from its
+            central directory entry) and must be confirmed (its local header read) by the
+            file before bytes are trusted from there; reads through the file confirm it on
+            their own, and :meth:`AsyncTensorFile.offsets_confirmed` says whether it is.
+    """
+
+    strides: tuple[int, ...]
+    predicted: bool = False
+
 
 @dataclass(frozen=True, slots=True)
 class TensorInfo:
@@ -28,6 +72,8 @@ class TensorInfo:
         start: absolute byte offset in the file of the first byte of data.
         end: absolute byte offset one past the last byte (exclusive).
         file: the file holding the tensor, for tensors of a sharded model; ``None`` otherwise.
+        layout: how its elements lie in ``[start, end)`` when that is not plainly (see
+            :class:`TensorLayout`); ``None``: row-major, where the header says.
     """
 
     name: str
@@ -36,6 +82,7 @@ class TensorInfo:
     start: int
     end: int
     file: str | None = None
+    layout: TensorLayout | None = None
 
     @property
     def dtype_info(self) -> DType:
@@ -52,15 +99,43 @@ class TensorInfo:
         """Number of elements (parameters): the product of the shape, 1 for a scalar."""
         return math.prod(self.shape)
 
+    @property
+    def row_major(self) -> bool:
+        """Whether its bytes ``[start, end)`` are its elements in row-major order (whatever
+        says where they start: see :attr:`TensorLayout.predicted`)."""
+        layout = self.layout
+        return layout is None or _in_order(self.shape, layout.strides)
+
+    @property
+    def materialised_nbytes(self) -> int:
+        """Bytes of the row-major array a read hands out (the elements of the shape)."""
+        return self.dtype_info.nbytes(self.num_elements)
+
     def _repr_html_(self) -> str:
         return str(hooks.call("tensor_card_html", self))
 
     def __repr__(self) -> str:
         where = f", file={self.file!r}" if self.file is not None else ""
+        if self.layout is not None and not self.row_major:
+            where += f", strides={list(self.layout.strides)}"
         return (
             f"TensorInfo({self.name!r}, {self.dtype}, shape={list(self.shape)}, "
             f"bytes=[{self.start}, {self.end}){where})"
         )
+
+
+def _in_order(shape: tuple[int, ...], strides: tuple[int, ...]) -> bool:
+    """Whether elements of ``shape`` at ``strides`` lie one after the other in row-major
+    order (torch's ``is_contiguous``: an empty tensor does, and a dimension of size 1 may
+    have any stride)."""
+    if math.prod(shape) == 0:
+        return True
+    expected = 1
+    for size, step in zip(reversed(shape), reversed(strides), strict=True):
+        if size != 1 and step != expected:
+            return False
+        expected *= size
+    return True
 
 
 Row = tuple[str, tuple[int, ...], int, int, "str | None"]
@@ -95,12 +170,31 @@ class TensorTable(Mapping[str, TensorInfo]):
     a model of one file shares its file's rows (see :meth:`placed_in`).
 
     Iteration follows the rows' order, or name order for a table made with ``by_name``.
+
+    A tensor whose layout its row cannot say (:class:`TensorLayout`) has it in ``layouts``;
+    counts then take each byte of a file once (tensors sharing a storage overlap) and each
+    view once (two names of one tensor, tied weights, are one tensor: torch's
+    ``num_parameters()`` counts a tie once).
     """
 
-    __slots__ = ("_by_name", "_counts", "_file", "_infos", "_names_text", "_order", "_rows")
+    __slots__ = (
+        "_by_name",
+        "_counts",
+        "_file",
+        "_infos",
+        "_layouts",
+        "_names_text",
+        "_order",
+        "_rows",
+    )
 
     def __init__(
-        self, rows: dict[str, Row], *, file: str | None = None, by_name: bool = False
+        self,
+        rows: dict[str, Row],
+        *,
+        file: str | None = None,
+        by_name: bool = False,
+        layouts: Mapping[str, TensorLayout] | None = None,
     ) -> None:
         """Take ``rows`` over (not copied: nobody may change it afterwards, but
         :meth:`move_offsets`).
@@ -109,10 +203,12 @@ class TensorTable(Mapping[str, TensorInfo]):
             rows: name -> row.
             file: when given, every tensor's file, whatever its row says.
             by_name: iterate in name order (sorted when first iterated) instead of row order.
+            layouts: name -> layout, for the tensors that have one (see :class:`TensorLayout`).
         """
         self._rows = rows
         self._file = file
         self._by_name = by_name
+        self._layouts: Mapping[str, TensorLayout] = MappingProxyType(dict(layouts or {}))
         self._order: list[str] | None = None
         self._infos: dict[str, TensorInfo] = {}
         self._counts: dict[str, int] | None = None
@@ -123,19 +219,26 @@ class TensorTable(Mapping[str, TensorInfo]):
         """A table of ``tensors`` (itself when it is one already)."""
         if isinstance(tensors, TensorTable):
             return tensors
-        table = cls({n: (i.dtype, i.shape, i.start, i.end, i.file) for n, i in tensors.items()})
+        table = cls(
+            {n: (i.dtype, i.shape, i.start, i.end, i.file) for n, i in tensors.items()},
+            layouts={n: i.layout for n, i in tensors.items() if i.layout is not None},
+        )
         table._infos.update(tensors)
         return table
 
     def placed_in(self, file: str) -> TensorTable:
         """The same tensors in ``file`` (of a model), in name order; shares these rows."""
-        return TensorTable(self._rows, file=file, by_name=True)
+        return TensorTable(self._rows, file=file, by_name=True, layouts=self._layouts)
 
     def by_name(self) -> TensorTable:
         """The same tensors in name order (itself when it is in name order already)."""
         if self._by_name:
             return self
-        return TensorTable(self._rows, file=self._file, by_name=True)
+        return TensorTable(self._rows, file=self._file, by_name=True, layouts=self._layouts)
+
+    def layouts(self) -> Mapping[str, TensorLayout]:
+        """name -> layout of the tensors that have one (read-only; empty for most formats)."""
+        return self._layouts
 
     def __getitem__(self, name: str) -> TensorInfo:
         info = self._infos.get(name)
@@ -143,7 +246,9 @@ class TensorTable(Mapping[str, TensorInfo]):
             dtype_name, shape, start, end, file = self._rows[name]
             if self._file is not None:
                 file = self._file
-            info = self._infos[name] = TensorInfo(name, dtype_name, shape, start, end, file)
+            info = self._infos[name] = TensorInfo(
+                name, dtype_name, shape, start, end, file, self._layouts.get(name)
+            )
         return info
 
     def get(self, name: str, default: Any = None) -> Any:  # Mapping's goes through KeyError
@@ -166,7 +271,7 @@ class TensorTable(Mapping[str, TensorInfo]):
         return f"TensorTable({len(self._rows)} tensors)"
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (_table, (self._rows, self._file, self._by_name))
+        return (_table, (self._rows, self._file, self._by_name, dict(self._layouts)))
 
     def move_offsets(self, file: str, rows: Mapping[str, Row]) -> int:
         """Give the tensors of ``file`` the offsets that ``rows`` (that file's own) say, in place.
@@ -222,9 +327,13 @@ class TensorTable(Mapping[str, TensorInfo]):
         return fragment in self._names_text
 
     def parameter_count(self) -> dict[str, int]:
-        """Elements per dtype name, ordered by dtype name; see :func:`parameter_count`."""
+        """Elements per dtype name, ordered by dtype name; see :func:`parameter_count`. With
+        layouts, a view reached by several names (a tie) counts once."""
         if self._counts is None:
-            rows = self._rows.values()
+            rows: Iterable[Row] = self._rows.values()
+            if self._layouts:
+                ties = self.tied_names()
+                rows = [row for name, row in self._rows.items() if name not in ties]
             dtypes = list(map(_dtype_of, rows))
             counts = list(map(math.prod, map(_shape_of, rows)))
             # One pass per distinct dtype (a model has a handful), each at C speed.
@@ -241,14 +350,56 @@ class TensorTable(Mapping[str, TensorInfo]):
 
     @property
     def nbytes(self) -> int:
-        """Total bytes of tensor data."""
+        """Total bytes of tensor data; with layouts, each byte of a file once (tensors that
+        share a storage overlap)."""
         rows = self._rows.values()
+        if self._layouts:
+            return _covered_bytes(rows)
         return int(sum(map(_end_of, rows)) - sum(map(_start_of, rows)))
 
+    def tied_names(self) -> frozenset[str]:
+        """The names of a view that an earlier name (in row order) reaches already: same file,
+        start, dtype, shape and strides, as tied weights saved by ``torch.save`` are. Counts
+        leave them out, as torch's ``num_parameters()`` counts a tie once. Empty for a table
+        without layouts (safetensors cannot hold two names of one tensor)."""
+        if not self._layouts:
+            return frozenset()
+        seen: set[tuple[Any, ...]] = set()
+        ties: list[str] = []
+        layouts = self._layouts
+        for name, row in self._rows.items():
+            layout = layouts.get(name)
+            strides = None if layout is None else layout.strides
+            key = (row[ROW_FILE], row[ROW_START], row[ROW_DTYPE], row[ROW_SHAPE], strides)
+            if key in seen:
+                ties.append(name)
+            else:
+                seen.add(key)
+        return frozenset(ties)
 
-def _table(rows: dict[str, Row], file: str | None, by_name: bool) -> TensorTable:
+
+def _covered_bytes(rows: Iterable[Row]) -> int:
+    """Bytes covered by the rows' ranges, per file, each byte once."""
+    spans = sorted((row[ROW_FILE] or "", row[ROW_START], row[ROW_END]) for row in rows)
+    total = 0
+    file, reach = None, 0
+    for where, start, end in spans:
+        if where != file:
+            file, reach = where, 0
+        if end > max(start, reach):
+            total += end - max(start, reach)
+            reach = end
+    return total
+
+
+def _table(
+    rows: dict[str, Row],
+    file: str | None,
+    by_name: bool,
+    layouts: Mapping[str, TensorLayout] | None = None,
+) -> TensorTable:
     """Unpickling: the table again."""
-    return TensorTable(rows, file=file, by_name=by_name)
+    return TensorTable(rows, file=file, by_name=by_name, layouts=layouts)
 
 
 _dtype_of = operator.itemgetter(ROW_DTYPE)

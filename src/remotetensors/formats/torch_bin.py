@@ -3,8 +3,10 @@
 :func:`read_bin` joins the archive (:mod:`.torch_zip`) and its pickle (:mod:`.torch_pickle`):
 each tensor becomes a row whose bytes are a range of the file, its storage's bytes from its
 storage offset; a tensor that is not contiguous in its storage (a transposed view, an expanded
-one) spans from its first element to its last, and its strides come with the index. Tensors
-that share a storage share its bytes. What must be read, in order: the zip's end and central
+one) spans from its first element to its last. Every tensor's
+:class:`~remotetensors.index.TensorLayout` says its strides and that where its bytes start is
+predicted (a storage's local header confirms it when first read). Tensors that share a storage
+share its bytes. What must be read, in order: the zip's end and central
 directory (usually one suffix request holds both), then ``data.pkl`` (near the start; one
 request, which also takes the small ``byteorder`` record after it).
 """
@@ -16,7 +18,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 from ..errors import HeaderError, HeaderErrorKind
-from ..index import FileIndex, Row, TensorTable
+from ..index import FileIndex, Row, TensorLayout, TensorTable
 from .torch_globals import TensorRef, item_bytes
 from .torch_pickle import looks_like_legacy, read_pickle
 from .torch_zip import (
@@ -148,16 +150,18 @@ def _index(archive: Archive, held: HeldBytes, location: str) -> TorchIndex:
     rows: list[tuple[str, Row]] = []
     strided: dict[str, TensorRef] = {}
     by_name: dict[str, StoragePlace] = {}
+    layouts: dict[str, TensorLayout] = {}
     for name, tensor in pickled.tensors.items():
         place = by_name[name] = places[tensor.storage.key]
         size = item_bytes(tensor.dtype)
         start = place.start + tensor.offset * size if tensor.span else place.start
         rows.append((name, (tensor.dtype, tensor.shape, start, start + tensor.span * size, None)))
+        layouts[name] = TensorLayout(tensor.stride, predicted=True)
         if not tensor.contiguous:
             strided[name] = tensor
     rows.sort(key=lambda item: (item[1][2], item[1][3]))  # data order, as FileIndex keeps it
     index = FileIndex(
-        TensorTable(dict(rows)),
+        TensorTable(dict(rows), layouts=layouts),
         None,
         header_length=len(pickle) + archive.directory_bytes,
         file_size=held.size,

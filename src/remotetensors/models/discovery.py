@@ -29,7 +29,7 @@ from ..errors import HeaderError, HeaderErrorKind, NotFoundError, RemoteTensorsE
 from ..formats.gguf_files import split_names
 from ..formats.index_json import ShardIndex, parse_index
 from ..formats.model_index import PIPELINE_FILE, PipelineManifest, parse_model_index
-from ..index import FileIndex, ModelIndex, Row, TensorTable, placed
+from ..index import FileIndex, ModelIndex, Row, TensorLayout, TensorTable, placed
 from ..reading import hub_onecall
 from ..reading.fetch import gather_or_cancel
 from ..reading.opening import open_tensor_file
@@ -528,7 +528,11 @@ async def _sharded(
         shown.close()
     rows_by_file = {file: f.index.tensors.rows() for file, f in files.items()}
     rows: dict[str, Row] = {}
+    layouts: dict[str, TensorLayout] = {}
     for tensor, file in weight_map.items():
+        layout = files[file].index.tensors.layouts().get(tensor)
+        if layout is not None:
+            layouts[tensor] = layout
         row = rows_by_file[file].get(tensor)
         if row is None:
             raise HeaderError(
@@ -547,5 +551,7 @@ async def _sharded(
         )
     )
     file_indexes: dict[str, FileIndex] = {file: f.index for file, f in files.items()}
-    index = ModelIndex(file_indexes, TensorTable(rows), shard_index.metadata, unmapped)
+    index = ModelIndex(
+        file_indexes, TensorTable(rows, layouts=layouts), shard_index.metadata, unmapped
+    )
     return files, index

@@ -137,12 +137,29 @@ class AsyncModel:
         self.index = ModelIndex(files, tensors, self.index.metadata, self.index.unmapped)
 
     async def open_shards(self, names: str | Iterable[str]) -> None:
-        """Make the offsets of the shards holding ``names`` final (shards known from the hub's
-        metadata endpoint read their 8-byte length first); nothing to do for other models."""
-        files = {self.tensors[n].file for n in self.select(names)}
-        lazy = [f for name, f in self._files.items() if name in files]
+        """Make the offsets of the tensors ``names`` final: shards known from the hub's
+        metadata endpoint read their 8-byte length, and a PyTorch ``.bin`` checks the local
+        headers of the storages holding them (a few dozen bytes each; see
+        :meth:`AsyncTensorFile.confirm_offsets`); nothing to do for other models.
+
+        Raises:
+            HeaderError: a ``.bin`` storage is not where its zip directory puts it.
+        """
+        by_file: dict[str, list[str]] = {}
+        for name in self.select(names):
+            file = self.tensors[name].file
+            assert file is not None
+            by_file.setdefault(file, []).append(name)
+        lazy = [f for name, f in self._files.items() if name in by_file]
         await gather_or_cancel(
             [f._ensure_open() for f in lazy if isinstance(f, LazyTensorFile) and not f.opened]
+        )
+        await gather_or_cancel(
+            [
+                self._files[file].confirm_offsets(tensors)
+                for file, tensors in by_file.items()
+                if not self._files[file].offsets_confirmed(tensors)
+            ]
         )
 
     async def _read_logical_shapes(self) -> None:

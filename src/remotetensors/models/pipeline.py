@@ -25,7 +25,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any, overload
 
 from ..errors import AmbiguousModelError, NotFoundError
-from ..index import ROW_FILE, ModelIndex, Row, TensorTable, placed
+from ..index import ROW_FILE, ModelIndex, Row, TensorLayout, TensorTable, placed
 from ..options import DEFAULT_CHUNK_BYTES
 from ..quantization import LogicalTensors, ParameterCount
 from ..quantization.memory import MemoryEstimate, estimate_memory
@@ -205,14 +205,17 @@ def _joined(components: Mapping[str, AsyncModel]) -> ModelIndex:
     ``component/tensor``."""
     files = {}
     rows: dict[str, Row] = {}
+    layouts: dict[str, TensorLayout] = {}
     unmapped: list[str] = []
     for name, model in components.items():
         index = model.index
         files.update({f"{name}/{file}": file_index for file, file_index in index.files.items()})
         for tensor, row in index.tensors.rows().items():
             rows[f"{name}/{tensor}"] = placed(row, f"{name}/{row[ROW_FILE]}")
+        for tensor, layout in index.tensors.layouts().items():
+            layouts[f"{name}/{tensor}"] = layout
         unmapped += [f"{name}/{tensor}" for tensor in index.unmapped]
-    return ModelIndex(files, TensorTable(rows), None, tuple(unmapped))
+    return ModelIndex(files, TensorTable(rows, layouts=layouts), None, tuple(unmapped))
 
 
 async def open_pipeline(

@@ -254,7 +254,10 @@ class safe_open:  # safetensors' name for it, so that one import changes
         return TensorSlice(self._file.get_slice(name))
 
     def to_dask(self, name: str, *, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> da.Array:
-        """Tensor ``name`` as a lazy Dask array of range-read chunks (no IO until computed)."""
+        """Tensor ``name`` as a lazy Dask array of range-read chunks (no IO until computed, but
+        for a PyTorch ``.bin`` the local header of its storage, a few dozen bytes, once)."""
+        if not self._file.offsets_confirmed([name]):
+            run_sync(self._file.confirm_offsets([name]))
         return self._file.to_dask(name, chunk_bytes=chunk_bytes)
 
     def close(self) -> None:

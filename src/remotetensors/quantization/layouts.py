@@ -565,12 +565,16 @@ def count_parameters(
     counter.run()
     counter.check()
     results = cast("dict[str, RawLogical]", counter.result)  # run() gave every tensor its role
+    ties = tensors.tied_names() if isinstance(tensors, TensorTable) else frozenset()
+    for name in ties:  # a second name of a tied tensor (torch.save keeps both): counted once
+        role, _, shape, exact, packing = results[name]
+        results[name] = (role, 0, shape, exact, packing)
     # A method we do not know may pack values in a way no tensor shows: never call it exact.
     known = quantization is None or quantization.method in KNOWN_METHODS
     count = ParameterCount(
         total=sum(parameters for _, parameters, _, _, _ in results.values()),
         exact=known and all(exact for _, _, _, exact, _ in results.values()),
-        stored_total=sum(info.num_elements for info in tensors.values()),
+        stored_total=sum(info.num_elements for n, info in tensors.items() if n not in ties),
         quantization=quantization,
         tensors=LogicalTensors(results),
         declared_total=declared_total(metadata),

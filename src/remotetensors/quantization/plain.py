@@ -29,14 +29,15 @@ class StoredAsIs(Mapping[str, RawLogical]):
     of its stored size, the entry made when asked (as :class:`LogicalTensors` makes its values),
     so counting a plain model takes no Python step per tensor."""
 
-    __slots__ = ("_tensors",)
+    __slots__ = ("_tensors", "_ties")
 
     def __init__(self, tensors: TensorTable) -> None:
         self._tensors = tensors
+        self._ties = tensors.tied_names()  # a second name of a tied tensor: no parameters
 
     def __getitem__(self, name: str) -> RawLogical:
         shape = self._tensors[name].shape
-        return (WEIGHT, math.prod(shape), shape, True, None)
+        return (WEIGHT, 0 if name in self._ties else math.prod(shape), shape, True, None)
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._tensors)

@@ -10,7 +10,13 @@ import numpy as np
 
 from .. import hooks
 from ..dtypes import DTYPES
-from ..errors import FileClosedError, TensorNotFoundError, did_you_mean
+from ..errors import (
+    FileClosedError,
+    LayoutError,
+    ShardNotOpenedError,
+    TensorNotFoundError,
+    did_you_mean,
+)
 from ..options import DEFAULT_CHUNK_BYTES, ReadOptions
 from ..ranges import ByteRange
 from ..sources.base import CountingSource, Traffic
@@ -40,11 +46,17 @@ if TYPE_CHECKING:
 @dataclass(frozen=True, slots=True)
 class TensorPiece:
     """Bytes ``[offset, offset + len(buffer))`` of tensor ``name``'s stored bytes go into
-    ``buffer`` (a writable memoryview of exactly that many bytes, owned by the caller)."""
+    ``buffer`` (a writable memoryview of exactly that many bytes, owned by the caller).
+
+    The stored bytes of a tensor that is not row-major (see
+    :attr:`~remotetensors.index.TensorInfo.row_major`) are the span from its first element to
+    its last, not its elements in order: a piece of one is refused unless ``as_stored`` says
+    that the caller lays the elements out itself, from :attr:`TensorInfo.layout`."""
 
     name: str
     offset: int
     buffer: memoryview
+    as_stored: bool = False
 
 
 class AsyncTensorFile:
@@ -88,6 +100,9 @@ class AsyncTensorFile:
     def _set_index(self, index: FileIndex) -> None:
         self._index = index
         self._rows = index.tensors.rows()  # name -> row, for the lean path of get_tensor_now
+        # The lean paths below read rows as they are: a format with layouts goes the async
+        # way, whose every path asks the layout.
+        self._lean = not index.tensors.layouts()
 
     # --- what the header says ----------------------------------------------------------------
 
@@ -155,7 +170,7 @@ class AsyncTensorFile:
             name -> array, in the order of ``names``.
         """
         wanted = list(self.offset_keys() if names is None else dict.fromkeys(names))
-        infos = [self.info(name) for name in wanted]
+        infos = [self.row_major_info(name, "get_tensors") for name in wanted]
         outputs = [OutputArray(info.dtype_info, info.shape) for info in infos]
         targets = [
             Target(ByteRange(info.start, info.end), out.buffer)
@@ -174,16 +189,51 @@ class AsyncTensorFile:
 
         Raises:
             TensorNotFoundError: a piece names a tensor the file does not hold.
+            LayoutError: a piece of a tensor that is not row-major, without ``as_stored``.
             ValueError: a piece reaches beyond its tensor's bytes.
             whatever the source raises; on error, the remaining reads are cancelled.
         """
         await self._fetch(self._targets(pieces))
 
+    def row_major_info(self, name: str, path: str) -> TensorInfo:
+        """The header entry of ``name`` for a ``path`` that reads its bytes as its elements in
+        row-major order: the one check every such path makes.
+
+        Raises:
+            TensorNotFoundError: the file has no such tensor.
+            LayoutError: the tensor is not row-major in the file (a strided view).
+        """
+        info = self.info(name)
+        if not info.row_major:
+            assert info.layout is not None
+            raise LayoutError(
+                f"{self.location}: tensor {name} (shape {list(info.shape)}, strides "
+                f"{list(info.layout.strides)}) is a strided view of its storage, not one "
+                f"row-major range of the file, which {path} reads; get_tensor and slices "
+                "gather its elements"
+            )
+        return info
+
+    def offsets_confirmed(self, names: Iterable[str]) -> bool:
+        """Whether where the bytes of ``names`` start is certain (always, but for a format
+        whose offsets are predicted: see :attr:`~remotetensors.index.TensorLayout.predicted`).
+        Reads through this file confirm what they read; code that reads the ranges itself
+        (``to_dask`` workers, kerchunk references) needs :meth:`confirm_offsets` first."""
+        return True
+
+    async def confirm_offsets(self, names: Iterable[str]) -> None:
+        """Make where the bytes of ``names`` start certain (nothing to do here; see
+        :meth:`offsets_confirmed`)."""
+
     def _targets(self, pieces: Sequence[TensorPiece]) -> list[Target]:
         """The file's byte ranges of ``pieces``, each with its buffer."""
         targets = []
         for piece in pieces:
-            info = self.info(piece.name)
+            info = (
+                self.info(piece.name)
+                if piece.as_stored
+                else self.row_major_info(piece.name, "read_into")
+            )
             end = piece.offset + len(piece.buffer)
             if piece.offset < 0 or end > info.nbytes:
                 raise ValueError(
@@ -228,7 +278,7 @@ class AsyncTensorFile:
         one lookup, one allocation, one ``preadv``, nothing planned.
         """
         blocking = self._source.blocking()
-        if blocking is None:
+        if blocking is None or not self._lean:
             return None
         self._check_open()
         row = self._rows.get(name)
@@ -277,7 +327,7 @@ class AsyncTensorFile:
         a plain blocking read.
         """
         blocking = self._source.blocking()
-        if blocking is None:
+        if blocking is None or not self._lean:
             return None
         wanted = list(self.offset_keys() if names is None else dict.fromkeys(names))
         if len(self._prefix) >= self._index.file_size:
@@ -328,9 +378,19 @@ class AsyncTensorFile:
 
         Raises:
             TensorNotFoundError: the file has no such tensor.
+            LayoutError: the tensor is not one row-major range of the file.
+            ShardNotOpenedError: where its bytes start is not confirmed yet
+                (:meth:`confirm_offsets`).
             MissingDependencyError: dask is not installed (``pip install "remotetensors[dask]"``).
         """
-        info = self.info(name)
+        info = self.row_major_info(name, "to_dask")
+        if not self.offsets_confirmed([name]):
+            raise ShardNotOpenedError(
+                f"{self.location}: where the bytes of {name} start is predicted from the "
+                "file's index and confirmed by reading it, which to_dask cannot wait for: "
+                "await file.confirm_offsets(names) or model.open_shards(names) first (any "
+                "read of it does it too; the sync Model does it for you)"
+            )
         array: da.Array = hooks.call(
             "tensor_to_dask", self._source.recipe(), info, self._options, chunk_bytes=chunk_bytes
         )
@@ -346,6 +406,7 @@ class AsyncTensorFile:
             SliceError: an index the reference rejects.
         """
         self._check_open()
+        info = self.row_major_info(info.name, "this slice read")
         plan = plan_slice(info, index)
         options = self._options
         chunks = plan.chunks(
@@ -371,7 +432,7 @@ class AsyncTensorFile:
             SliceError: an index the reference rejects.
         """
         blocking = self._source.blocking()
-        if blocking is None:
+        if blocking is None or not self._lean:
             return None
         self._check_open()
         plan = plan_slice(info, index)

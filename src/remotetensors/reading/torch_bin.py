@@ -23,23 +23,22 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..errors import HeaderError, HeaderErrorKind, ShardNotOpenedError, UnsupportedDtypeError
+from ..errors import HeaderError, HeaderErrorKind, LayoutError
 from ..formats.torch_bin import StoragePlace, TorchIndex, read_bin
 from ..formats.torch_zip import HeldBytes, NeedBytes
-from ..index import TensorInfo
-from ..options import DEFAULT_CHUNK_BYTES, ReadOptions
+from ..index import MAX_EXPANDED_BYTES, MAX_EXPANSION, TensorInfo
+from ..options import ReadOptions
 from ..ranges import ByteRange
 from ..sources.cache.source import read_metadata
 from .assemble import OutputArray
 from .fetch import Target, fetch_into_blocking
-from .file import LOCAL_CHUNK_BYTES, AsyncTensorFile, _chunk_reads
+from .file import LOCAL_CHUNK_BYTES, AsyncTensorFile, TensorPiece, _chunk_reads
 from .frameworks import convert
 from .slicing import plan_slice
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable
+    from collections.abc import Callable, Iterable, Sequence
 
-    import dask.array as da
     import numpy.typing as npt
 
     from ..formats.torch_globals import TensorRef
@@ -185,11 +184,43 @@ class AsyncTorchFile(AsyncTensorFile):
 
     async def confirm_offsets(self, names: Iterable[str]) -> None:
         """Check the local headers of the storages holding ``names`` (a few dozen bytes each,
-        concurrently), which reads do on their own; :meth:`to_dask` needs it done first."""
+        concurrently), which reads do on their own; :meth:`to_dask` and kerchunk references
+        need it done first.
+
+        Raises:
+            HeaderError: INVALID_ZIP, a storage whose bytes are not where the directory put
+                them.
+        """
         wanted = {p.start: p for p in map(self._place, names) if p.start not in self._checked}
-        headers, check = self._header_reads(wanted.values())
-        await super()._fetch(headers)
-        check()
+        if wanted:
+            headers, check = self._header_reads(wanted.values())
+            await super()._fetch(headers)
+            check()
+
+    def offsets_confirmed(self, names: Iterable[str]) -> bool:
+        """Whether the local headers of the storages holding ``names`` have been checked."""
+        return all(self._place(name).start in self._checked for name in names)
+
+    def read_into_now(self, pieces: Sequence[TensorPiece]) -> bool:
+        """As :meth:`AsyncTensorFile.read_into_now`, after checking (with positioned reads
+        too) the local headers of the storages read for the first time.
+
+        Raises:
+            HeaderError: INVALID_ZIP, a storage whose bytes are not where the directory put
+                them; and as :meth:`AsyncTensorFile.read_into_now`.
+        """
+        blocking = self._source.blocking()
+        if blocking is None:
+            return False
+        self._check_open()
+        places = self._unchecked(target.range for target in self._targets(pieces))
+        if places:
+            headers, check = self._header_reads(places)
+            fetch_into_blocking(
+                blocking.read_into_now, headers, options=self._options, cached_prefix=self._prefix
+            )
+            check()
+        return super().read_into_now(pieces)
 
     def _place(self, name: str) -> StoragePlace:
         self.info(name)  # TensorNotFoundError for an unknown name
@@ -200,6 +231,9 @@ class AsyncTorchFile(AsyncTensorFile):
         if not any(name in self._strided for name in wanted):
             return await super().get_tensors(wanted)
         infos = [self.info(name) for name in wanted]
+        for info in infos:
+            if info.name in self._strided:
+                _check_expansion(info, self.location)
         # One plan for all: contiguous tensors straight into their arrays, strided ones as the
         # span they cover, laid out afterwards.
         outputs: list[OutputArray | npt.NDArray[np.uint8]] = [
@@ -239,6 +273,7 @@ class AsyncTorchFile(AsyncTensorFile):
         if info.name not in self._strided:
             return await super()._read_slice(info, index)
         self._check_open()
+        _check_expansion(info, self.location)  # the whole view is laid out first
         c_order = TensorInfo(
             info.name, info.dtype, info.shape, 0, info.dtype_info.nbytes(info.num_elements)
         )
@@ -257,43 +292,6 @@ class AsyncTorchFile(AsyncTensorFile):
             then()
         return convert(out.result(), info.dtype, self._framework)
 
-    # --- the lean paths of local files read unchecked bytes: not taken ---------------------------
-
-    def get_tensor_now(self, name: str) -> Any | None:
-        """None, always: reads go the async way, which checks each storage's local header."""
-        return None
-
-    def get_tensors_now(self, names: Iterable[str] | None = None) -> dict[str, Any] | None:
-        """None, always (see :meth:`get_tensor_now`)."""
-        return None
-
-    def read_slice_now(self, info: TensorInfo, index: Any) -> Any | None:
-        """None, always (see :meth:`get_tensor_now`)."""
-        return None
-
-    def to_dask(self, name: str, *, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> da.Array:
-        """As :meth:`AsyncTensorFile.to_dask`, for a tensor whose bytes are one range and
-        whose storage's offset is confirmed (:meth:`confirm_offsets`, or any read of it).
-
-        Raises:
-            UnsupportedDtypeError: the tensor is a strided view of its storage.
-            ShardNotOpenedError: its storage's offset is not confirmed yet.
-        """
-        place = self._place(name)
-        if name in self._strided:
-            raise UnsupportedDtypeError(
-                f"{self.location}: {name} is a strided view of its storage (strides "
-                f"{list(self._strided[name].stride)}); to_dask reads tensors whose bytes are "
-                "one range: read it with get_tensor"
-            )
-        if place.start not in self._checked:
-            raise ShardNotOpenedError(
-                f"{self.location}: where the bytes of {name} start is confirmed by its zip "
-                "local header, which to_dask cannot wait for: await "
-                "file.confirm_offsets(names) first (any read of it does it too)"
-            )
-        return super().to_dask(name, chunk_bytes=chunk_bytes)
-
 
 def laid_out(view: TensorRef, dtype: np.dtype[Any], span: npt.NDArray[np.uint8]) -> Any:
     """The strided ``view`` in C order, a new array of ``dtype``, from the bytes of the span
@@ -304,6 +302,24 @@ def laid_out(view: TensorRef, dtype: np.dtype[Any], span: npt.NDArray[np.uint8])
         span, (*view.shape, size), (*(step * size for step in view.stride), 1)
     )
     return np.ascontiguousarray(elements).view(dtype).reshape(view.shape)
+
+
+def _check_expansion(info: TensorInfo, location: str) -> None:
+    """Refuse to lay out a strided ``info`` whose array would be far larger than the bytes the
+    file holds for it (see :data:`~remotetensors.index.MAX_EXPANSION`).
+
+    Raises:
+        LayoutError: it would be.
+    """
+    allowed = max(MAX_EXPANSION * info.nbytes, MAX_EXPANDED_BYTES)
+    if info.materialised_nbytes > allowed:
+        strides = list(info.layout.strides) if info.layout is not None else None
+        raise LayoutError(
+            f"{location}: tensor {info.name} is an expanded view (shape {list(info.shape)}, "
+            f"strides {strides}) of {info.nbytes} bytes of the file; laid out it would be "
+            f"{info.materialised_nbytes} bytes, more than {MAX_EXPANSION} times what the file "
+            f"holds for it and more than {MAX_EXPANDED_BYTES} bytes: refused"
+        )
 
 
 def _start(place: StoragePlace) -> int:

@@ -75,12 +75,22 @@ def reference_plan(model: AsyncModel, *, chunk_bytes: int) -> Plan:
     Raises:
         ShardNotOpenedError: see :func:`references`.
     """
+    predicted: dict[str, list[str]] = {}
+    for name, info in model.tensors.items():
+        if info.layout is not None and info.layout.predicted and info.file is not None:
+            predicted.setdefault(info.file, []).append(name)
     for name in model.files:
         file = model.file(name)
         if isinstance(file, LazyTensorFile) and not file.opened:
             raise ShardNotOpenedError(
                 f"{file.location}: the shard's offsets are not final until its 8-byte length is "
                 "read; await model.open_shards(model.keys()) first (the sync Model does it)"
+            )
+        if not file.offsets_confirmed(predicted.get(name, [])):
+            raise ShardNotOpenedError(
+                f"{file.location}: where its storages' bytes start is predicted from the zip's "
+                "directory until their local headers are read; await "
+                "model.open_shards(model.keys()) first (the sync Model does it)"
             )
     sizes = {name: index.file_size for name, index in model.index.files.items()}
     plan = plan_arrays(model.tensors, chunk_bytes=chunk_bytes, file_sizes=sizes)

@@ -233,6 +233,13 @@ def _why_not(
         )
     if usable is not None and not usable(dtype):
         return f"the Zarr data type {dtype.v3!r} is registered by another library for another type"
+    if not info.row_major:
+        strides = list(info.layout.strides) if info.layout is not None else []
+        return (
+            f"it is a strided view of its storage (shape {list(info.shape)}, strides "
+            f"{strides}), not one row-major range of its file, which is what a Zarr chunk "
+            "of it would be; get_tensor gathers it"
+        )
     segments = name.split("/")
     if "\\" in name or any(s in ("", ".", "..") or s.startswith("__") for s in segments):
         return "Zarr node names cannot be empty, '.' or '..', start with '__' or hold a backslash"
