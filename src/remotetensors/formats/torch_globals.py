@@ -26,6 +26,7 @@ __all__ = [
     "TensorRef",
     "allowed",
     "call",
+    "dict_key",
     "item_bytes",
     "short",
     "storage_of",
@@ -207,6 +208,25 @@ def short(value: Any) -> str:
     return _SHORT.repr(value)
 
 
+_KEY_TYPES = (str, int, bytes, float, bool, type(None))
+
+INT64_MAX = 2**63 - 1
+"""torch keeps sizes, strides, storage offsets and element counts as int64."""
+
+
+def dict_key(key: Any, at: int) -> Any:
+    """``key`` as a dict key (of ``SETITEM(S)`` or an ``OrderedDict``'s pairs, at byte ``at``),
+    if it is a plain value: a state dict's keys are names, and a tuple key would be hashed
+    recursively, to any depth the pickle nests it (twice per level when it repeats itself).
+
+    Raises:
+        Refused: another type of key.
+    """
+    if type(key) not in _KEY_TYPES:
+        raise Refused(f"a dict key at byte {at} is {what(key)}")
+    return key
+
+
 def call(func: Global, args: tuple[Any, ...], at: int) -> Any:
     """What ``REDUCE`` of the allowed ``func`` with ``args`` builds (the opcode at byte ``at``).
 
@@ -223,7 +243,7 @@ def call(func: Global, args: tuple[Any, ...], at: int) -> Any:
             and type(args[0]) is list
             and all(type(p) is tuple and len(p) == 2 for p in args[0])
         ):
-            return ODict(args[0])
+            return ODict((dict_key(key, at), value) for key, value in args[0])
     elif kind == "rebuild_v2" and len(args) in (6, 7):
         storage = args[0]
         if isinstance(storage, StorageRef):
@@ -250,7 +270,8 @@ def _tensor(
 ) -> TensorRef:
     """``_rebuild_tensor_v2``/``v3``'s tensor: ``args`` are (offset, size, stride,
     requires_grad, hooks), ``extra`` the optional metadata. Checked as torch's ``set_`` checks
-    a view: ``offset`` and sizes at least 0, one stride per size, all of it inside the storage.
+    a view: ``offset`` and sizes at least 0, one stride per size, all of it inside the storage;
+    and as its int64 arithmetic checks them (:func:`_check_int64`).
     """
     offset, shape, stride, requires_grad, hooks = args
     if type(offset) is not int or offset < 0:
@@ -268,6 +289,7 @@ def _tensor(
     if extra and extra[0] is not None and type(extra[0]) not in (dict, ODict):
         raise Refused(f"a tensor at byte {at} has metadata {short(extra[0])}")
     _check_grad(dtype, requires_grad, at)
+    _check_int64(offset, shape, stride, at)
     tensor = TensorRef(storage, dtype, offset, shape, stride)
     needed = (offset + tensor.span) * item_bytes(dtype) if tensor.span else 0
     if needed > storage.nbytes:
@@ -277,6 +299,31 @@ def _tensor(
             f"{storage.nbytes}"
         )
     return tensor
+
+
+def _check_int64(offset: int, shape: tuple[int, ...], stride: tuple[int, ...], at: int) -> None:
+    """Refuse what torch's ``set_`` refuses for not fitting its int64 arithmetic: any size,
+    stride or offset past int64 (even of an empty tensor), and an element count whose product,
+    taken left to right in uint64 as ``TensorImpl::safe_compute_numel`` takes it, overflows at
+    any step or ends past int64 (so ``(2**62, 2**62, 0)`` is refused and ``(0, 2**62, 4)`` is
+    not). The storage's bytes that a view reaches (``computeStorageNbytes``) need no check here:
+    the view must lie inside its storage, whose bytes the file holds."""
+    if offset > INT64_MAX or any(n > INT64_MAX for n in (*shape, *stride)):
+        raise Refused(
+            f"a tensor at byte {at} (offset {short(offset)}, shape {short(list(shape))}, "
+            f"strides {short(list(stride))}) has a number that does not fit in a 64-bit "
+            "integer, as torch keeps them"
+        )
+    count = 1
+    for n in shape:
+        count *= n
+        if count > 2**64 - 1:
+            break
+    if count > INT64_MAX:
+        raise Refused(
+            f"a tensor at byte {at} of shape {short(list(shape))} has an element count that "
+            "does not fit in a 64-bit integer, as torch counts them"
+        )
 
 
 def _check_grad(dtype: str, requires_grad: bool, at: int) -> None:

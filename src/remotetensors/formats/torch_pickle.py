@@ -35,12 +35,14 @@ from .torch_globals import (
     TensorRef,
     allowed,
     call,
+    dict_key,
     storage_of,
     what,
 )
 
 __all__ = [
     "LEGACY_MAGIC",
+    "MAX_PICKLE_BYTES",
     "PickledTensors",
     "StorageRef",
     "TensorRef",
@@ -51,6 +53,20 @@ __all__ = [
 LEGACY_MAGIC = b"\x80\x02\x8a\x0al\xfc\x9cF\xf9 j\xa8P\x19"
 """How a file of the legacy format (``torch.save`` before 1.6, or with
 ``_use_new_zipfile_serialization=False``) starts: a protocol-2 pickle of its magic number."""
+
+MAX_PICKLE_BYTES = 100_000_000
+"""Largest ``data.pkl`` read (decimal bytes; one of exactly this size passes), as safetensors
+caps its header: a state dict's pickle is about 100 bytes per tensor, a few MB for the largest
+checkpoints. The zip's directory names its size, so :func:`.torch_zip.read_archive` refuses a
+larger one before its bytes are asked for."""
+
+NAME_BYTES_PER_PICKLE_BYTE = 16
+"""Tensor names (nested keys joined with ``.``) may total this many bytes per byte of the
+pickle, plus :data:`MIN_NAME_BYTES`: a pickle holds each key once, and a memo reference
+(``BINGET``, 2 bytes) can repeat a container under a long key thousands of times."""
+
+MIN_NAME_BYTES = 1 << 20
+"""See :data:`NAME_BYTES_PER_PICKLE_BYTE`."""
 
 MAX_NESTING = 64
 """Deepest nesting of dicts, lists and tuples walked for tensors (a pickle can build a list
@@ -174,7 +190,7 @@ def _appends(m: _Machine, at: int) -> None:
 
 def _setitem(m: _Machine, at: int) -> None:
     value, key = m.stack.pop(), m.stack.pop()
-    _dict_target(m, at)[_key(key, at)] = value
+    _dict_target(m, at)[dict_key(key, at)] = value
 
 
 def _setitems(m: _Machine, at: int) -> None:
@@ -183,7 +199,7 @@ def _setitems(m: _Machine, at: int) -> None:
     if len(items) % 2:
         raise Refused(f"SETITEMS at byte {at} has a key without a value")
     for i in range(0, len(items), 2):
-        target[_key(items[i], at)] = items[i + 1]
+        target[dict_key(items[i], at)] = items[i + 1]
 
 
 def _dict_target(m: _Machine, at: int) -> dict[Any, Any]:
@@ -192,17 +208,6 @@ def _dict_target(m: _Machine, at: int) -> dict[Any, Any]:
         raise Refused(f"a SETITEM at byte {at} into {what(target)}")
     result: dict[Any, Any] = target
     return result
-
-
-_KEY_TYPES = (str, int, bytes, float, bool, type(None))
-
-
-def _key(key: Any, at: int) -> Any:
-    """A dict key, if it is a plain value: a state dict's keys are names (a tuple key would be
-    hashed recursively, to any depth the pickle nests it)."""
-    if type(key) not in _KEY_TYPES:
-        raise Refused(f"a dict key at byte {at} is {what(key)}")
-    return key
 
 
 def _mark(m: _Machine, at: int) -> None:
@@ -346,18 +351,28 @@ class _Forbidden(Exception):
 # --- the tensors of the object -------------------------------------------------------------------
 
 
-def _tensors_of(top: Any, budget: int) -> dict[str, TensorRef]:
+def _tensors_of(top: Any, budget: int, name_bytes: int) -> dict[str, TensorRef]:
     """Name -> tensor for every tensor reachable from ``top`` through dicts, lists and tuples
     (names join keys and positions with ``.``); other values are passed over. At most
-    ``budget`` values are visited: a pickle can refer to one container many times over, so
-    that a short pickle names more paths than can be walked."""
+    ``budget`` values are visited, and the names built (of containers too) total at most
+    ``name_bytes`` characters: a pickle can refer to one container many times over, so that a
+    short pickle names more paths, and longer ones, than can be walked or held."""
     found: dict[str, TensorRef] = {}
     visits = [budget]
+    left = [name_bytes]
 
     def walk(value: Any, name: str, depth: int) -> None:
         visits[0] -= 1
         if visits[0] < 0:
             raise Refused(f"the pickle's containers refer to each other more than {budget} times")
+        left[0] -= len(name)
+        if left[0] < 0:
+            raise Refused(
+                f"the pickle's containers make more than {name_bytes} bytes of tensor names "
+                f"(reached at a name of {len(name)} characters starting {name[:40]!r}); the "
+                f"limit is {NAME_BYTES_PER_PICKLE_BYTE} per byte of the pickle, plus "
+                f"{MIN_NAME_BYTES}"
+            )
         if isinstance(value, TensorRef):
             if not name:
                 raise Refused("the pickle holds a bare tensor, not a dict of named tensors")
@@ -388,14 +403,25 @@ def read_pickle(data: bytes, *, location: str = "<bytes>") -> PickledTensors:
         location: the file, named in errors.
 
     Raises:
-        HeaderError: ``FORBIDDEN_GLOBAL`` naming a global outside the allowed ones (and where
+        HeaderError: ``TOO_LARGE`` for a pickle over :data:`MAX_PICKLE_BYTES`;
+            ``FORBIDDEN_GLOBAL`` naming a global outside the allowed ones (and where
             it is); ``INVALID_PICKLE`` for anything else this reader cannot read or that torch
             would refuse, saying what and at which byte.
     """
+    if len(data) > MAX_PICKLE_BYTES:
+        raise HeaderError(
+            HeaderErrorKind.TOO_LARGE,
+            f"data.pkl has {len(data)} bytes, more than the limit of {MAX_PICKLE_BYTES}",
+            location=location,
+        )
     machine = _Machine(data)
     try:
         top = machine.run()
-        tensors = _tensors_of(top, budget=4 * len(data) + 1024)
+        tensors = _tensors_of(
+            top,
+            budget=4 * len(data) + 1024,
+            name_bytes=NAME_BYTES_PER_PICKLE_BYTE * len(data) + MIN_NAME_BYTES,
+        )
     except _Forbidden as exc:
         raise HeaderError(
             HeaderErrorKind.FORBIDDEN_GLOBAL,

@@ -29,10 +29,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from ..errors import HeaderError, HeaderErrorKind
-from .torch_pickle import LEGACY_MAGIC, looks_like_legacy
+from .torch_pickle import LEGACY_MAGIC, MAX_PICKLE_BYTES, looks_like_legacy
 
 __all__ = [
     "EOCD_SEARCH_BYTES",
+    "MAX_DIRECTORY_BYTES",
+    "MAX_LOCAL_HEADER_BYTES",
     "Archive",
     "HeldBytes",
     "Member",
@@ -55,6 +57,14 @@ _EOCD64_BYTES = 56
 _CENTRAL_BYTES = 46
 LOCAL_HEADER_BYTES = 30
 """The fixed part of a local header; its name and extra field follow."""
+MAX_LOCAL_HEADER_BYTES = LOCAL_HEADER_BYTES + 2 * 0xFFFF
+"""The longest a local header can be: its name and its extra field have 16-bit lengths."""
+MAX_DIRECTORY_BYTES = 100_000_000
+"""Largest central directory read (decimal bytes; one of exactly this size passes), as
+safetensors caps its header: ``torch.save`` writes about 100 bytes per storage, a few MB for
+the largest checkpoints. Checked before its bytes are asked for."""
+_DESCRIPTOR_BYTES = 24
+"""The longest data descriptor (zip64's), which may follow a member's bytes."""
 EOCD_SEARCH_BYTES = _EOCD_BYTES + 0xFFFF
 """The EOCD lies in the last this many bytes of a zip (its comment is at most 65,535 bytes)."""
 STORAGE_ALIGNMENT = 64
@@ -196,7 +206,9 @@ class Archive:
         module; :func:`check_local_header` confirms it).
 
         Raises:
-            HeaderError: INVALID_ZIP when the prediction leaves no room for a local header.
+            HeaderError: INVALID_ZIP when the prediction leaves no room for a local header, or
+                more room than one can take (its extra field has a 16-bit length): the local
+                header read to confirm it is at most :data:`MAX_LOCAL_HEADER_BYTES`.
         """
         end = self.record_end(member)
         if member.flags & 0x08:
@@ -210,6 +222,15 @@ class Archive:
             raise _invalid(
                 f"member {member.name} ({member.size} bytes at local header "
                 f"{member.local_offset}) does not fit before byte {end}",
+                location,
+            )
+        if start > lowest + 0xFFFF:
+            raise _invalid(
+                f"member {member.name}'s record ends at byte {end}, which puts its bytes at "
+                f"{start}, {start - member.local_offset} bytes after its local header at "
+                f"{member.local_offset}: more than a local header can take "
+                f"({LOCAL_HEADER_BYTES + len(member.raw_name) + 0xFFFF} with its name); this zip "
+                "was not laid out as torch.save lays it out",
                 location,
             )
         return start
@@ -244,7 +265,11 @@ def read_archive(held: HeldBytes, *, location: str = "<bytes>") -> Archive:
             no EOCD is in the last :data:`EOCD_SEARCH_BYTES`, its first bytes (to tell a
             legacy file).
         HeaderError: LEGACY_TORCH_FORMAT for a file of the legacy format; INVALID_ZIP for any
-            other file that is not a well-formed zip.
+            other file that is not a well-formed zip, or one with a member whose local header or
+            bytes do not lie before the central directory (checked for every member, so no
+            later request runs past the file); TOO_LARGE for a central directory over
+            :data:`MAX_DIRECTORY_BYTES` or a ``data.pkl`` over
+            :data:`.torch_pickle.MAX_PICKLE_BYTES`, before their bytes are asked for.
     """
     eocd = _find_eocd(held, location)
     record = held.get(eocd, eocd + _EOCD_BYTES)
@@ -253,9 +278,10 @@ def read_archive(held: HeldBytes, *, location: str = "<bytes>") -> Archive:
         raise _invalid("the archive spans several disks", location)
     end_of_directory = eocd
     # What lies before the EOCD in one read: a zip64 locator, if any, and (unless the EOCD
-    # defers to zip64 records) the directory.
+    # defers to zip64 records, or says what cannot be) the directory.
     first_needed = max(0, eocd - _LOCATOR_BYTES)
-    held.get(first_needed if start == _U32 else min(start, first_needed), eocd)
+    plausible = start <= eocd and eocd - start <= MAX_DIRECTORY_BYTES + _LOCATOR_BYTES
+    held.get(min(start, first_needed) if plausible else first_needed, eocd)
     if eocd >= _LOCATOR_BYTES and held.get(eocd - _LOCATOR_BYTES, eocd).startswith(_LOCATOR):
         entries, size, start, end_of_directory = _zip64_end(held, eocd, location)
     if start + size > end_of_directory:
@@ -264,8 +290,64 @@ def read_archive(held: HeldBytes, *, location: str = "<bytes>") -> Archive:
             f"{end_of_directory}",
             location,
         )
+    if size > MAX_DIRECTORY_BYTES:
+        raise HeaderError(
+            HeaderErrorKind.TOO_LARGE,
+            f"the end records say the central directory has {size} bytes, more than the limit "
+            f"of {MAX_DIRECTORY_BYTES}",
+            location=location,
+        )
     members = _directory(held.get(start, start + size), start, entries, location)
-    return Archive.of(members, start, size)
+    archive = Archive.of(members, start, size)
+    for member in members.values():
+        _check_bounds(archive, member, location)
+    _check_pickle_record(archive, location)
+    return archive
+
+
+def _check_bounds(archive: Archive, member: Member, location: str) -> None:
+    """``member``'s local header and bytes fit in its record, before the next record or the
+    central directory (which lies in the file): where torch (miniz) looks for them, and
+    nowhere a read could run past."""
+    end = member.local_offset + LOCAL_HEADER_BYTES + len(member.raw_name) + member.size
+    if end > archive.directory_start:
+        raise _invalid(
+            f"member {member.name} (local header at byte {member.local_offset}, {member.size} "
+            f"bytes) runs to byte {end}, past the central directory's start at "
+            f"{archive.directory_start}",
+            location,
+        )
+    record_end = archive.record_end(member)
+    if end > record_end:
+        raise _invalid(
+            f"member {member.name} (local header at byte {member.local_offset}, {member.size} "
+            f"bytes) runs to byte {end}, past the next member's local header at {record_end}",
+            location,
+        )
+
+
+def _check_pickle_record(archive: Archive, location: str) -> None:
+    """``data.pkl``, which is read whole before anything else, is no larger than
+    :data:`.torch_pickle.MAX_PICKLE_BYTES`, and its record (read whole: the local header, the
+    bytes, the descriptor) holds nothing more."""
+    member = archive.members.get(f"{archive.root}/data.pkl")
+    if member is None:
+        return  # Archive.stored names it missing
+    if member.size > MAX_PICKLE_BYTES:
+        raise HeaderError(
+            HeaderErrorKind.TOO_LARGE,
+            f"the central directory says {member.name} has {member.size} bytes, more than the "
+            f"limit of {MAX_PICKLE_BYTES}",
+            location=location,
+        )
+    record = archive.record_end(member) - member.local_offset
+    if record > MAX_LOCAL_HEADER_BYTES + member.size + _DESCRIPTOR_BYTES:
+        raise _invalid(
+            f"member {member.name} ({member.size} bytes at local header {member.local_offset}) "
+            f"has a record of {record} bytes, more than a local header, its bytes and a data "
+            "descriptor can take",
+            location,
+        )
 
 
 def _find_eocd(held: HeldBytes, location: str) -> int:
