@@ -9,6 +9,12 @@ one batch at a time with its own staging buffer (pinned host memory when tensors
 device), so at most ``max_in_flight_bytes`` are asked for and not yet in their final place,
 whatever the size of one tensor. A tensor is done when its last piece is in place; only then is
 it handed on (see :class:`Streamer`).
+
+A tensor that is a strided view of its storage in the file (a transposed or expanded weight in
+a PyTorch ``.bin``: see :class:`~remotetensors.index.TensorLayout`) is read in pieces along its
+dimension of largest stride, each piece the span of the file that holds a run of indices along
+it, staged and copied into the tensor through a view of the staged bytes at the tensor's
+strides: its elements end in order, within the same bound.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ import collections
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ..errors import LayoutError
 from ..reading.fetch import gather_or_cancel
 from ..reading.file import TensorPiece
 
@@ -84,6 +91,13 @@ class Filling:
         self.pieces_left = 0
         self._tensor: torch.Tensor | None = None
         self._direct: memoryview | None = None
+        info = read.info
+        self.strides: tuple[int, ...] | None = None  # of a strided view (see the module)
+        self.dim = 0  # its dimension of largest stride, along which it is cut
+        if not info.row_major:
+            assert info.layout is not None
+            self.strides = info.layout.strides
+            self.dim = _outer_dim(info.shape, self.strides)
 
     @property
     def tensor(self) -> torch.Tensor:
@@ -98,7 +112,8 @@ class Filling:
                 self._tensor = target.detach()
             else:
                 self._tensor = torch.empty(read.info.shape, dtype=read.dtype, device=read.device)
-            if self._tensor.device.type == "cpu" and self._tensor.dtype == read.file_dtype:
+            direct = self._tensor.device.type == "cpu" and self._tensor.dtype == read.file_dtype
+            if direct and self.strides is None:
                 flat = self._tensor.reshape(-1).view(torch.uint8)
                 self._direct = flat.numpy().data
         return self._tensor
@@ -112,35 +127,85 @@ class Filling:
 
 @dataclass(frozen=True, slots=True)
 class Piece:
-    """Bytes ``[offset, offset + length)`` of one tensor's stored bytes."""
+    """Bytes ``[offset, offset + length)`` of one tensor's stored bytes; of a strided one,
+    the span holding its indices ``[first, stop)`` along its :attr:`Filling.dim`."""
 
     filling: Filling
     offset: int
     length: int
+    first: int = 0
+    stop: int = 0
 
 
 def batches(fillings: Sequence[Filling], batch_bytes: int) -> list[list[Piece]]:
     """Cut the tensors into pieces of at most ``batch_bytes`` (whole elements) and group
     consecutive pieces into batches whose aligned sizes add up to at most ``batch_bytes``.
-    Sets each filling's count of pieces. Tensors of no bytes get no piece."""
+    Sets each filling's count of pieces. Tensors of no bytes get no piece.
+
+    Raises:
+        LayoutError: a strided tensor one index of whose outer dimension spans more than
+            ``batch_bytes`` of the file.
+    """
     out: list[list[Piece]] = []
     current: list[Piece] = []
     used = 0
     for filling in fillings:
-        nbytes = filling.read.info.nbytes
-        step = batch_bytes // filling.read.file_dtype.itemsize * filling.read.file_dtype.itemsize
-        for offset in range(0, nbytes, step):
-            length = min(step, nbytes - offset)
-            aligned = -(-length // ALIGN) * ALIGN
+        for piece in _pieces(filling, batch_bytes):
+            aligned = -(-piece.length // ALIGN) * ALIGN
             if current and used + aligned > batch_bytes:
                 out.append(current)
                 current, used = [], 0
-            current.append(Piece(filling, offset, length))
+            current.append(piece)
             filling.pieces_left += 1
             used += aligned
     if current:
         out.append(current)
     return out
+
+
+def _pieces(filling: Filling, batch_bytes: int) -> list[Piece]:
+    """``filling``'s stored bytes in pieces of at most ``batch_bytes``: whole elements of a
+    row-major tensor; runs of indices along the outer dimension of a strided one."""
+    info = filling.read.info
+    itemsize = filling.read.file_dtype.itemsize
+    if filling.strides is None:
+        step = batch_bytes // itemsize * itemsize
+        return [
+            Piece(filling, offset, min(step, info.nbytes - offset))
+            for offset in range(0, info.nbytes, step)
+        ]
+    if info.nbytes == 0:
+        return []
+    shape, strides, dim = info.shape, filling.strides, filling.dim
+    # Elements from an index's first element to its last, the other dimensions all covered.
+    pairs = enumerate(zip(shape, strides, strict=True))
+    rest = 1 + sum((n - 1) * s for i, (n, s) in pairs if i != dim)
+    limit = batch_bytes // itemsize
+    if rest > limit:
+        raise LayoutError(
+            f"{filling.read.checkpoint_name} is a strided view (shape {list(shape)}, strides "
+            f"{list(strides)}) one index of which spans {rest * itemsize} bytes of the file, "
+            f"more than a batch of the bound ({batch_bytes} bytes): raise max_in_flight_bytes "
+            f"to at least {rest * itemsize * LANES}"
+        )
+    size, stride = shape[dim], strides[dim]
+    run = size if stride == 0 else min(size, (limit - rest) // stride + 1)
+    return [
+        Piece(
+            filling,
+            first * stride * itemsize,
+            ((min(first + run, size) - 1 - first) * stride + rest) * itemsize,
+            first,
+            min(first + run, size),
+        )
+        for first in range(0, size, run)
+    ]
+
+
+def _outer_dim(shape: tuple[int, ...], strides: tuple[int, ...]) -> int:
+    """The dimension of largest stride among those of more than one index (0 when none)."""
+    dims = [i for i, n in enumerate(shape) if n > 1] or [0]
+    return max(dims, key=lambda i: strides[i])
 
 
 class Streamer:
@@ -186,7 +251,9 @@ class Streamer:
                 buffer = lane.buffer(at, piece.length)
                 staged.append((piece, at))
                 at += -(-piece.length // ALIGN) * ALIGN
-            request = TensorPiece(filling.read.checkpoint_name, piece.offset, buffer)
+            request = TensorPiece(
+                filling.read.checkpoint_name, piece.offset, buffer, filling.strides is not None
+            )
             if direct is not None and piece.length >= ALONE_BYTES:
                 alone.append(request)
             else:
@@ -241,6 +308,9 @@ async def _place(staged: list[tuple[Piece, int]], lane: _Lane) -> None:
         read = piece.filling.read
         itemsize = read.file_dtype.itemsize
         source = lane.staging[at : at + piece.length].view(read.file_dtype)
+        if piece.filling.strides is not None:
+            await _place_strided(piece, source)
+            continue
         first = piece.offset // itemsize
         destination = piece.filling.tensor.view(-1)[first : first + source.numel()]
         if destination.device.type == "cuda":
@@ -258,6 +328,28 @@ async def _place(staged: list[tuple[Piece, int]], lane: _Lane) -> None:
             destination.copy_(source)
     for device in devices:
         await _synchronized(device)
+
+
+async def _place_strided(piece: Piece, source: torch.Tensor) -> None:
+    """Copy the indices ``[piece.first, piece.stop)`` of a strided tensor from ``source``, the
+    span of the file holding them (in its file's dtype), into their place in the tensor:
+    through a view of the span at the tensor's strides, converted by the copy. To a CUDA
+    device the span crosses as it is and the view is taken there."""
+    filling = piece.filling
+    assert filling.strides is not None
+    shape = list(filling.read.info.shape)
+    shape[filling.dim] = piece.stop - piece.first
+    destination = filling.tensor.narrow(filling.dim, piece.first, piece.stop - piece.first)
+    if destination.device.type == "cuda":
+        source = source.to(destination.device, non_blocking=True)
+    view = source.as_strided(shape, filling.strides, source.storage_offset())
+    if destination.device.type == "cuda":
+        destination.copy_(view, non_blocking=True)
+        await _synchronized(destination.device)
+    elif piece.length >= THREAD_COPY_BYTES:
+        await asyncio.to_thread(destination.copy_, view)
+    else:
+        destination.copy_(view)
 
 
 async def _synchronized(device: Any) -> None:
