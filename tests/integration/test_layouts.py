@@ -134,8 +134,10 @@ def test_load_into_fills_every_view_in_order(
     net = Net()
     if dtype is not None:
         net = net.to(getattr(torch, dtype))
-    options = {} if bound is None else {"max_in_flight_bytes": bound}
-    report = rt.load_into(net, location, **options)
+    if bound is None:
+        report = rt.load_into(net, location)
+    else:
+        report = rt.load_into(net, location, max_in_flight_bytes=bound)
     assert not report.missing
     assert not report.unexpected
     want = loaded(data)
