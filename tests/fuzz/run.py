@@ -9,7 +9,8 @@ Each target runs in a process of its own under libFuzzer (atheris), one core, st
 its seeds, the findings kept in ``findings/`` and the corpus a previous run left in
 ``--workdir`` (default ``.fuzz/``, ignored by git). The report gives per target: executions, libFuzzer's final ``cov:`` (edges covered in the
 instrumented modules) and ``ft:`` (features), the corpus size, and the findings: each input that
-failed is saved as ``crash-*`` in the target's folder, and the run stops at the first one. A
+failed is saved as ``crash-*`` (``timeout-*`` past :data:`TIMEOUT_SECONDS`, ``oom-*`` past
+libFuzzer's memory limit) in the target's folder, and the run stops at the first one. A
 finding becomes a regular test in ``tests/unit/test_fuzz_targets.py``.
 """
 
@@ -34,11 +35,24 @@ TARGETS: dict[str, tuple[str, ...]] = {
         "remotetensors.index",
     ),
     "http_head": ("remotetensors.sources.http.head",),
+    "torch_bin": (
+        "remotetensors.formats.torch_globals",
+        "remotetensors.formats.torch_pickle",
+        "remotetensors.formats.torch_zip",
+        "remotetensors.formats.torch_bin",
+    ),
 }
 """Target module (in this package) -> the modules imported under instrumentation before it:
 the parser under test. atheris instruments every module of our package imported meanwhile (the
 parsers' packages and what they import), so their edges make ``cov``; the oracle (the reference
 reader, h11) is imported afterwards, uninstrumented, and guides nothing."""
+
+TIMEOUT_SECONDS = 10
+"""An input that runs longer is a finding (libFuzzer's ``-timeout``; its default is 20 minutes).
+The targets bound their own reads tighter where they measure them."""
+
+_ARTIFACTS = ("crash-*", "timeout-*", "oom-*", "leak-*")
+"""What libFuzzer saves for an input that failed."""
 
 FINDINGS = Path(__file__).parent / "findings"
 """The inputs fuzz runs found, one folder per target (tests/unit/test_fuzz_targets.py runs
@@ -103,7 +117,7 @@ def _run(name: str, seconds: int, workdir: Path) -> Outcome:
     corpus, seeds = folder / "corpus", folder / "seeds"
     corpus.mkdir(parents=True, exist_ok=True)
     _write_seeds(name, seeds, folder / "dictionary")
-    before = set(folder.glob("crash-*"))
+    before = _artifacts(folder)
     command = [
         sys.executable,
         "-m",
@@ -113,6 +127,7 @@ def _run(name: str, seconds: int, workdir: Path) -> Outcome:
         f"-max_total_time={seconds}",
         f"-dict={folder / 'dictionary'}",
         f"-artifact_prefix={folder}/",
+        f"-timeout={TIMEOUT_SECONDS}",
         "-use_value_profile=1",
         "-print_final_stats=1",
         str(corpus),
@@ -134,9 +149,13 @@ def _run(name: str, seconds: int, workdir: Path) -> Outcome:
         coverage=int(last[1]),
         features=int(last[2]),
         corpus=len(list(corpus.iterdir())),
-        findings=sorted(str(p) for p in set(folder.glob("crash-*")) - before),
+        findings=sorted(str(p) for p in _artifacts(folder) - before),
         exit_status=finished.returncode,
     )
+
+
+def _artifacts(folder: Path) -> set[Path]:
+    return {path for pattern in _ARTIFACTS for path in folder.glob(pattern)}
 
 
 def _write_seeds(name: str, seeds: Path, dictionary: Path) -> None:

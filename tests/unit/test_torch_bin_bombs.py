@@ -341,7 +341,8 @@ def test_a_data_pkl_over_the_cap_is_refused_before_it_is_asked_for() -> None:
     directory = _central(b"archive/data.pkl", 0, size)
     start = 30 + len(b"archive/data.pkl") + size
     tail = directory + _eocd(1, len(directory), start)
-    held = HeldBytes(start + len(tail), [(start, tail)])
+    before = torch_zip.VERSION_REACH_BYTES  # read with the directory
+    held = HeldBytes(start + len(tail), [(start - before, bytes(before) + tail)])
     error = held_refusal(held)
     assert error.kind is rt.HeaderErrorKind.TOO_LARGE
     assert f"limit of {torch_pickle.MAX_PICKLE_BYTES}" in str(error)
@@ -351,3 +352,51 @@ def test_read_pickle_refuses_a_pickle_over_the_cap(monkeypatch: pytest.MonkeyPat
     data = zipfile.ZipFile(io.BytesIO(TWO)).read("archive/data.pkl")
     monkeypatch.setattr(torch_pickle, "MAX_PICKLE_BYTES", len(data) - 1)
     assert refusal(data).kind is rt.HeaderErrorKind.TOO_LARGE
+
+
+# --- found by fuzzing (tests/fuzz/torch_bin.py) ---------------------------------------------------
+
+
+def _version_set(data: bytes, text: bytes) -> bytes:
+    return rezipped(data, lambda name, member: text if name.endswith("/version") else member)
+
+
+@pytest.mark.parametrize(
+    ("text", "read"),
+    [
+        (b"3\n", True),
+        (b" +10abc", True),
+        (b"0", False),
+        (b"11", False),
+        (b"-3", False),
+        (b"", False),
+        (b"x3", False),
+        (b"00000000000000000003", True),
+        (b"18446744073709551617", False),
+    ],
+)
+def test_the_version_record_is_read_as_torch_reads_it(text: bytes, read: bool) -> None:
+    file = _version_set(TWO, text)
+    try:
+        loaded(file)
+    except (RuntimeError, IndexError):  # IndexError: stoull's out of range
+        assert not read
+    else:
+        assert read
+    if read:
+        assert_same(file, index_of(file)[0])
+    else:
+        assert "version" in str(bin_refusal(file))
+
+
+def test_a_file_without_a_version_record_is_refused_as_torch_refuses_it() -> None:
+    source = zipfile.ZipFile(io.BytesIO(TWO))
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w") as target:
+        for info in source.infolist():
+            if not info.filename.endswith("/version"):
+                target.writestr(info.filename, source.read(info.filename))
+    file = out.getvalue()
+    with pytest.raises(RuntimeError, match="version"):
+        loaded(file)
+    assert "no version record" in str(bin_refusal(file))

@@ -24,6 +24,7 @@ an error, never wrong bytes.
 from __future__ import annotations
 
 import bisect
+import re
 import struct
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -34,7 +35,9 @@ from .torch_pickle import LEGACY_MAGIC, MAX_PICKLE_BYTES, looks_like_legacy
 __all__ = [
     "EOCD_SEARCH_BYTES",
     "MAX_DIRECTORY_BYTES",
+    "MAX_FILE_FORMAT_VERSION",
     "MAX_LOCAL_HEADER_BYTES",
+    "VERSION_REACH_BYTES",
     "Archive",
     "HeldBytes",
     "Member",
@@ -269,7 +272,8 @@ def read_archive(held: HeldBytes, *, location: str = "<bytes>") -> Archive:
             bytes do not lie before the central directory (checked for every member, so no
             later request runs past the file); TOO_LARGE for a central directory over
             :data:`MAX_DIRECTORY_BYTES` or a ``data.pkl`` over
-            :data:`.torch_pickle.MAX_PICKLE_BYTES`, before their bytes are asked for.
+            :data:`.torch_pickle.MAX_PICKLE_BYTES`, before their bytes are asked for;
+            INVALID_ZIP for a version record missing or saying a version torch does not read.
     """
     eocd = _find_eocd(held, location)
     record = held.get(eocd, eocd + _EOCD_BYTES)
@@ -281,7 +285,8 @@ def read_archive(held: HeldBytes, *, location: str = "<bytes>") -> Archive:
     # defers to zip64 records, or says what cannot be) the directory.
     first_needed = max(0, eocd - _LOCATOR_BYTES)
     plausible = start <= eocd and eocd - start <= MAX_DIRECTORY_BYTES + _LOCATOR_BYTES
-    held.get(min(start, first_needed) if plausible else first_needed, eocd)
+    before = max(0, start - VERSION_REACH_BYTES)
+    held.get(min(before, first_needed) if plausible else first_needed, eocd)
     if eocd >= _LOCATOR_BYTES and held.get(eocd - _LOCATOR_BYTES, eocd).startswith(_LOCATOR):
         entries, size, start, end_of_directory = _zip64_end(held, eocd, location)
     if start + size > end_of_directory:
@@ -297,12 +302,78 @@ def read_archive(held: HeldBytes, *, location: str = "<bytes>") -> Archive:
             f"of {MAX_DIRECTORY_BYTES}",
             location=location,
         )
+    held.get(max(0, start - VERSION_REACH_BYTES), start)  # in the same read as the directory
     members = _directory(held.get(start, start + size), start, entries, location)
     archive = Archive.of(members, start, size)
     for member in members.values():
         _check_bounds(archive, member, location)
     _check_pickle_record(archive, location)
+    _check_version(archive, held, location)
     return archive
+
+
+VERSION_REACH_BYTES = 1024
+"""The central directory is read with this many bytes before it, which hold the version record
+in ``torch.save``'s files (it writes ``version`` and ``.data/serialization_id``, some 250
+bytes, last), so that checking the version takes no request of its own."""
+
+MAX_FILE_FORMAT_VERSION = 10
+"""The newest file format version torch reads (``kMaxSupportedFileFormatVersion``); the oldest
+is 1. ``torch.save`` writes 3."""
+
+MAX_VERSION_BYTES = 64
+"""The longest version record read (torch reads any length: a number and whatever follows)."""
+
+_VERSION = re.compile(rb"[ \t\n\v\f\r]*\+?([0-9]+)")
+"""What ``std::stoull`` reads of the version record: blanks, a sign, digits; the rest
+ignored (a minus sign wraps the number past the newest version, so it is refused here)."""
+
+
+def _check_version(archive: Archive, held: HeldBytes, location: str) -> None:
+    """The archive's version record (``<root>/.data/version``, else ``<root>/version``) holds
+    a version torch reads, as torch checks before it reads anything else (a small record
+    before the directory, which the directory's read usually holds).
+
+    Raises:
+        NeedBytes: its record is not held.
+        HeaderError: INVALID_ZIP when it is missing or says another version.
+    """
+    root = archive.root
+    member = archive.members.get(f"{root}/.data/version") or archive.members.get(f"{root}/version")
+    if member is None:
+        raise _invalid(f"the archive has no version record ({root}/version)", location)
+    member = archive.stored(member.name, location=location)
+    if member.size > MAX_VERSION_BYTES:
+        raise _invalid(
+            f"{member.name} has {member.size} bytes, more than a version record needs "
+            f"({MAX_VERSION_BYTES}; torch.save writes 2)",
+            location,
+        )
+    end = archive.record_end(member)
+    if end - member.local_offset > MAX_LOCAL_HEADER_BYTES + member.size + _DESCRIPTOR_BYTES:
+        raise _invalid(
+            f"member {member.name} ({member.size} bytes at local header {member.local_offset}) "
+            f"has a record of {end - member.local_offset} bytes, more than a local header, "
+            "its bytes and a data descriptor can take",
+            location,
+        )
+    header = held.get(member.local_offset, end)
+    start = local_data_start(header, member, location=location) - member.local_offset
+    if start + member.size > len(header):
+        raise _invalid(
+            f"member {member.name} ({member.size} bytes from {member.local_offset + start}) "
+            f"runs past its record's end at {end}",
+            location,
+        )
+    text = header[start : start + member.size]
+    found = _VERSION.match(text)
+    digits = found.group(1).lstrip(b"0") if found else b""
+    if not 1 <= len(digits) <= 2 or not 1 <= int(digits) <= MAX_FILE_FORMAT_VERSION:
+        raise _invalid(
+            f"{member.name} says version {text[:20]!r}; torch reads versions 1 to "
+            f"{MAX_FILE_FORMAT_VERSION}",
+            location,
+        )
 
 
 def _check_bounds(archive: Archive, member: Member, location: str) -> None:
