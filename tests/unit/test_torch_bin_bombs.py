@@ -400,3 +400,50 @@ def test_a_file_without_a_version_record_is_refused_as_torch_refuses_it() -> Non
     with pytest.raises(RuntimeError, match="version"):
         loaded(file)
     assert "no version record" in str(bin_refusal(file))
+
+
+def test_a_zip64_locator_pointing_at_no_zip64_record_falls_back_to_the_eocd() -> None:
+    # torch.save writes zip64 end records to every file, and the EOCD's own values beside them.
+    file = bytearray(TWO)
+    at = len(file) - 22 - 20 - 56
+    assert file[at : at + 4] == b"PK\x06\x06"
+    file[at] = ord("X")
+    assert_same(bytes(file), index_of(bytes(file))[0])
+
+
+@pytest.mark.parametrize("name", ["elsewhere/x", "x", "archivex/y"])
+def test_every_member_must_lie_in_the_first_ones_folder_as_torch_requires(name: str) -> None:
+    source = zipfile.ZipFile(io.BytesIO(TWO))
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w") as target:
+        for info in source.infolist():
+            target.writestr(info.filename, source.read(info.filename))
+        target.writestr(name, b"1")
+    file = out.getvalue()
+    with pytest.raises(RuntimeError, match="not in a subdirectory"):
+        loaded(file)
+    assert f"member {name} is not in a folder archive/" in str(bin_refusal(file))
+
+
+def test_a_serialization_id_that_is_not_utf8_is_refused_as_torch_refuses_it() -> None:
+    file = rezipped(
+        TWO, lambda name, member: b"\xcf\xce" if name.endswith("/serialization_id") else member
+    )
+    with pytest.raises(UnicodeDecodeError):
+        loaded(file)
+    assert "serialization_id is not UTF-8" in str(bin_refusal(file))
+
+
+@pytest.mark.parametrize(("disk", "read"), [(0, True), (1, True), (2, False), (0xFFFF, False)])
+def test_a_directory_entry_on_another_disk_is_refused_as_torch_refuses_it(
+    disk: int, read: bool
+) -> None:
+    _, _, entries = _entries(_relaid(TWO))
+    file = bytearray(_relaid(TWO))
+    struct.pack_into("<H", file, entries[3][1] + 34, disk)
+    if read:
+        assert_same(bytes(file), index_of(bytes(file))[0])
+    else:
+        with pytest.raises(RuntimeError, match="multidisk"):
+            loaded(bytes(file))
+        assert f"is on disk {disk}" in str(bin_refusal(bytes(file)))

@@ -288,7 +288,9 @@ def read_archive(held: HeldBytes, *, location: str = "<bytes>") -> Archive:
     before = max(0, start - VERSION_REACH_BYTES)
     held.get(min(before, first_needed) if plausible else first_needed, eocd)
     if eocd >= _LOCATOR_BYTES and held.get(eocd - _LOCATOR_BYTES, eocd).startswith(_LOCATOR):
-        entries, size, start, end_of_directory = _zip64_end(held, eocd, location)
+        zip64 = _zip64_end(held, eocd, location)
+        if zip64 is not None:
+            entries, size, start, end_of_directory = zip64
     if start + size > end_of_directory:
         raise _invalid(
             f"the central directory [{start}, {start + size}) runs past the end records at "
@@ -305,10 +307,12 @@ def read_archive(held: HeldBytes, *, location: str = "<bytes>") -> Archive:
     held.get(max(0, start - VERSION_REACH_BYTES), start)  # in the same read as the directory
     members = _directory(held.get(start, start + size), start, entries, location)
     archive = Archive.of(members, start, size)
+    _check_names(archive, location)
     for member in members.values():
         _check_bounds(archive, member, location)
     _check_pickle_record(archive, location)
     _check_version(archive, held, location)
+    _check_serialization_id(archive, held, location)
     return archive
 
 
@@ -322,11 +326,59 @@ MAX_FILE_FORMAT_VERSION = 10
 is 1. ``torch.save`` writes 3."""
 
 MAX_VERSION_BYTES = 64
-"""The longest version record read (torch reads any length: a number and whatever follows)."""
+"""The longest version record (and serialization id) read (torch reads any length: a number
+and whatever follows; 40 characters)."""
 
 _VERSION = re.compile(rb"[ \t\n\v\f\r]*\+?([0-9]+)")
 """What ``std::stoull`` reads of the version record: blanks, a sign, digits; the rest
 ignored (a minus sign wraps the number past the newest version, so it is refused here)."""
+
+
+def _small_record(archive: Archive, held: HeldBytes, member: Member, location: str) -> bytes:
+    """The bytes of a small member near the directory (its record read whole).
+
+    Raises:
+        NeedBytes: its record is not held.
+        HeaderError: INVALID_ZIP when its record is longer than a local header, its bytes
+            and a data descriptor, or its local header disagrees.
+    """
+    end = archive.record_end(member)
+    if end - member.local_offset > MAX_LOCAL_HEADER_BYTES + member.size + _DESCRIPTOR_BYTES:
+        raise _invalid(
+            f"member {member.name} ({member.size} bytes at local header {member.local_offset}) "
+            f"has a record of {end - member.local_offset} bytes, more than a local header, "
+            "its bytes and a data descriptor can take",
+            location,
+        )
+    header = held.get(member.local_offset, end)
+    start = local_data_start(header, member, location=location) - member.local_offset
+    if start + member.size > len(header):
+        raise _invalid(
+            f"member {member.name} ({member.size} bytes from {member.local_offset + start}) "
+            f"runs past its record's end at {end}",
+            location,
+        )
+    return header[start : start + member.size]
+
+
+def _check_serialization_id(archive: Archive, held: HeldBytes, location: str) -> None:
+    """``<root>/.data/serialization_id``, where there is one, is UTF-8 text, which torch.load
+    requires (it decodes it); it lies with the version record, before the directory."""
+    member = archive.members.get(f"{archive.root}/.data/serialization_id")
+    if member is None:
+        return
+    member = archive.stored(member.name, location=location)
+    if member.size > MAX_VERSION_BYTES:
+        raise _invalid(
+            f"{member.name} has {member.size} bytes, more than a version record needs "
+            f"({MAX_VERSION_BYTES}; torch.save writes 40)",
+            location,
+        )
+    text = _small_record(archive, held, member, location)
+    try:
+        text.decode("utf-8")
+    except UnicodeDecodeError:
+        raise _invalid(f"{member.name} is not UTF-8: {text!r}", location) from None
 
 
 def _check_version(archive: Archive, held: HeldBytes, location: str) -> None:
@@ -349,23 +401,7 @@ def _check_version(archive: Archive, held: HeldBytes, location: str) -> None:
             f"({MAX_VERSION_BYTES}; torch.save writes 2)",
             location,
         )
-    end = archive.record_end(member)
-    if end - member.local_offset > MAX_LOCAL_HEADER_BYTES + member.size + _DESCRIPTOR_BYTES:
-        raise _invalid(
-            f"member {member.name} ({member.size} bytes at local header {member.local_offset}) "
-            f"has a record of {end - member.local_offset} bytes, more than a local header, "
-            "its bytes and a data descriptor can take",
-            location,
-        )
-    header = held.get(member.local_offset, end)
-    start = local_data_start(header, member, location=location) - member.local_offset
-    if start + member.size > len(header):
-        raise _invalid(
-            f"member {member.name} ({member.size} bytes from {member.local_offset + start}) "
-            f"runs past its record's end at {end}",
-            location,
-        )
-    text = header[start : start + member.size]
+    text = _small_record(archive, held, member, location)
     found = _VERSION.match(text)
     digits = found.group(1).lstrip(b"0") if found else b""
     if not 1 <= len(digits) <= 2 or not 1 <= int(digits) <= MAX_FILE_FORMAT_VERSION:
@@ -374,6 +410,20 @@ def _check_version(archive: Archive, held: HeldBytes, location: str) -> None:
             f"{MAX_FILE_FORMAT_VERSION}",
             location,
         )
+
+
+def _check_names(archive: Archive, location: str) -> None:
+    """Every member lies in the folder of the first one, as torch requires of its archives."""
+    if not archive.members:
+        raise _invalid("the archive has no members", location)
+    folder = archive.root + "/"
+    for name in archive.members:
+        if folder == "/" or not name.startswith(folder):
+            raise _invalid(
+                f"member {name} is not in a folder{'' if folder == '/' else ' ' + folder}, "
+                "as torch.save puts every member in one (the first member's)",
+                location,
+            )
 
 
 def _check_bounds(archive: Archive, member: Member, location: str) -> None:
@@ -463,20 +513,21 @@ def legacy_error(location: str) -> HeaderError:
     )
 
 
-def _zip64_end(held: HeldBytes, eocd: int, location: str) -> tuple[int, int, int, int]:
+def _zip64_end(held: HeldBytes, eocd: int, location: str) -> tuple[int, int, int, int] | None:
     """``(entries, directory size, directory start, zip64 EOCD offset)`` of a zip64 archive,
-    whose locator sits just before the EOCD."""
+    whose locator sits just before the EOCD; None when the locator points at no zip64 EOCD
+    (miniz, torch's reader, then takes the EOCD's own values, and so does this reader)."""
     locator = held.get(eocd - _LOCATOR_BYTES, eocd)
     disk, at, disks = struct.unpack_from("<IQI", locator, 4)
-    if disk or disks > 1 or at + _EOCD64_BYTES > eocd - _LOCATOR_BYTES:
+    if at + _EOCD64_BYTES > eocd - _LOCATOR_BYTES:
         raise _invalid(f"the zip64 locator points at byte {at}, outside the archive", location)
     record = held.get(at, at + _EOCD64_BYTES)
     if not record.startswith(_EOCD64):
-        raise _invalid(f"no zip64 end of central directory record at byte {at}", location)
-    _, _, _, disk, directory_disk, here, entries, size, start = struct.unpack_from(
+        return None
+    _, _, _, disk64, directory_disk, here, entries, size, start = struct.unpack_from(
         "<QHHIIQQQQ", record, 4
     )
-    if disk or directory_disk or here != entries:
+    if disk or disks > 1 or disk64 or directory_disk or here != entries:
         raise _invalid("the archive spans several disks", location)
     return entries, size, start, at
 
@@ -492,6 +543,9 @@ def _directory(data: bytes, start: int, entries: int, location: str) -> dict[str
         size, uncompressed, name_len, extra_len, comment_len = struct.unpack_from(
             "<IIHHH", data, pos + 20
         )
+        (disk,) = struct.unpack_from("<H", data, pos + 34)
+        if disk not in (0, 1):  # as miniz, torch's reader, takes them
+            raise _invalid(f"the entry at byte {start + pos} is on disk {disk}", location)
         (offset,) = struct.unpack_from("<I", data, pos + 42)
         name_end = pos + _CENTRAL_BYTES + name_len
         extra_end = name_end + extra_len
