@@ -130,6 +130,8 @@ PUBLIC_NAMES = {
     "Traffic",
     "compare",
     "LeftOutWarning",
+    "LayoutError",
+    "TensorLayout",
     "ReadOnlyStoreError",
     "OfflineError",
     "CheckpointMismatchError",
