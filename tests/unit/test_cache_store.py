@@ -7,16 +7,19 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from remotetensors.sources.cache import keys
+from remotetensors.sources.cache import store as store_module
 from remotetensors.sources.cache.offline import offline, offline_error
 from remotetensors.sources.cache.source import Kept
 from remotetensors.sources.cache.store import (
     CacheStore,
+    Entry,
     cache_folder,
     cache_max_bytes,
     decode,
@@ -70,6 +73,87 @@ def test_truncated_and_foreign_entries_are_misses(tmp_path: Path) -> None:
     assert entry.payload == b"B" * 100
     infos = {info.path.name: info.ok for info in store.entries()}
     assert infos == {store.path_of("b").name: True}
+
+
+def _corrupt(store: CacheStore, key: str) -> None:
+    """Leave a corrupted entry of ``key`` (its last byte flipped)."""
+    store.put(key, {"kind": "file", "n": "bad"}, b"0123456789")
+    path = store.path_of(key)
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 0x01
+    path.write_bytes(bytes(data))
+
+
+def test_a_good_entry_written_after_a_corrupt_one_was_read_is_not_dropped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Another process replaces the corrupt entry (an atomic rename) after this one has read
+    # it and before it drops it: only the file that was read may go.
+    store, writer = CacheStore(tmp_path), CacheStore(tmp_path)
+    _corrupt(store, "k")
+    real = store_module.decode
+
+    def decode_then_race(data: bytes, key: str | None) -> Entry | None:
+        writer.put("k", {"kind": "file", "n": "good"}, b"good payload")
+        return real(data, key)
+
+    monkeypatch.setattr(store_module, "decode", decode_then_race)
+    assert store.get("k") is None  # what it read was corrupt
+    monkeypatch.undo()
+    entry = store.get("k")
+    assert entry is not None
+    assert (entry.meta["n"], entry.payload) == ("good", b"good payload")
+
+
+def test_a_good_entry_written_while_a_corrupt_one_is_set_aside_is_put_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The narrowest window: the good entry lands after the check that the file is still the
+    # one read, just before the corrupt one is moved aside to be removed.
+    store, writer = CacheStore(tmp_path), CacheStore(tmp_path)
+    _corrupt(store, "k")
+    path = store.path_of("k")
+    real = os.rename
+
+    def race_then_rename(source: Any, target: Any) -> None:
+        if Path(source) == path:
+            writer.put("k", {"kind": "file", "n": "good"}, b"good payload")
+        real(source, target)
+
+    monkeypatch.setattr(os, "rename", race_then_rename)
+    assert store.get("k") is None
+    monkeypatch.undo()
+    entry = store.get("k")
+    assert entry is not None
+    assert (entry.meta["n"], entry.payload) == ("good", b"good payload")
+    assert sorted(p.name for p in path.parent.iterdir()) == [path.name]  # nothing left aside
+    # Without a race, the corrupt entry is dropped and nothing is left aside either.
+    _corrupt(store, "k")
+    assert store.get("k") is None
+    assert list(path.parent.iterdir()) == []
+
+
+def test_prune_drops_a_corrupt_entry_but_not_a_good_one_written_in_its_place(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store, writer = CacheStore(tmp_path), CacheStore(tmp_path)
+    _corrupt(store, "k")
+    real = store_module.decode
+
+    def decode_then_race(data: bytes, key: str | None) -> Entry | None:
+        writer.put("k", {"kind": "file", "n": "good"}, b"good payload")
+        return real(data, key)
+
+    monkeypatch.setattr(store_module, "decode", decode_then_race)
+    assert store.prune() == (0, 0)
+    monkeypatch.undo()
+    entry = store.get("k")
+    assert entry is not None
+    assert entry.payload == b"good payload"
+    _corrupt(store, "k")
+    removed, _ = store.prune()
+    assert removed == 1
+    assert store.usage() == (0, 0)
 
 
 @given(st.binary(max_size=300))

@@ -11,7 +11,9 @@ ever unpickled. What this module guarantees:
 
 - an entry is read back only when its magic, checksum and key hash all hold: a corrupted,
   truncated or foreign file (another key's entry copied over, a file of another format) is
-  dropped and reads as a miss, never as a wrong answer and never as an exception;
+  dropped and reads as a miss, never as a wrong answer and never as an exception; only the
+  very file read is dropped: a whole entry that another process renamed into its place
+  meanwhile stays;
 - writes go to a temporary file in the entry's own folder and are renamed into place
   (:func:`os.replace`), so a reader, in this process or another, sees the old entry or the new
   one whole, and a process killed mid-write leaves only a ``.part`` file that reads ignore and
@@ -189,16 +191,16 @@ class CacheStore:
 
         Touches the entry (its modification time), so that eviction keeps it longest."""
         path = self.path_of(key)
-        try:
-            data = path.read_bytes()
-        except OSError:
+        read = _read(path)
+        if read is None:
             return None
+        data, seen = read
         entry = decode(data, key)
         if entry is None:
             log.debug(
                 "cache entry %s is not whole (corrupted, truncated or foreign): dropped", path
             )
-            self._remove(path)
+            self._drop_read(path, seen)
             return None
         # Removed meanwhile, or a read-only folder: the entry was whole all the same.
         with contextlib.suppress(OSError):
@@ -213,10 +215,7 @@ class CacheStore:
         """
         data = encode(key, meta, payload)
         path = self.path_of(key)
-        with self._lock:
-            self._serial += 1
-            serial = self._serial
-        part = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.{serial}{_PART}")
+        part = self._part_of(path)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             try:
@@ -241,23 +240,28 @@ class CacheStore:
 
     def entries(self) -> Iterator[EntryInfo]:
         """Every entry of the folder, read and checked (unordered); ``.part`` files left out."""
+        for info, _ in self._read_all():
+            yield info
+
+    def _read_all(self) -> Iterator[tuple[EntryInfo, os.stat_result]]:
+        """:meth:`entries`, each with the status of the very file read (see :meth:`_drop_read`)."""
         for path in self._files():
-            try:
-                data = path.read_bytes()
-                used = path.stat().st_mtime
-            except OSError:
+            read = _read(path)
+            if read is None:
                 continue
+            data, seen = read
             entry = decode(data, None)
             ok = entry is not None and entry.meta.get("key") == path.name
             meta = entry.meta if entry is not None else {}
-            yield EntryInfo(
+            info = EntryInfo(
                 path,
                 str(meta.get("kind", "?")),
                 str(meta.get("shown", "")),
                 len(data),
-                used,
+                seen.st_mtime,
                 ok,
             )
+            yield info, seen
 
     def usage(self) -> tuple[int, int]:
         """(entries, bytes) in the folder, ``.part`` files left out; from the file sizes."""
@@ -283,9 +287,12 @@ class CacheStore:
         now = time.time()
         removed = freed = 0
         kept: list[tuple[float, int, Path]] = []
-        for info in self.entries():
+        for info, seen in self._read_all():
             stale = older_than_seconds is not None and now - info.last_used > older_than_seconds
-            if stale or not info.ok:
+            if not info.ok:
+                if self._drop_read(info.path, seen):
+                    removed, freed = removed + 1, freed + info.bytes
+            elif stale:
                 if self._remove(info.path):
                     removed, freed = removed + 1, freed + info.bytes
             else:
@@ -367,6 +374,70 @@ class CacheStore:
         except OSError:
             return False
         return True
+
+    def _part_of(self, path: Path) -> Path:
+        """A name beside ``path`` that no other write or drop uses, in this process or another
+        (a ``.part`` file: reads ignore it, :meth:`prune` removes it once stale)."""
+        with self._lock:
+            self._serial += 1
+            serial = self._serial
+        return path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.{serial}{_PART}")
+
+    def _drop_read(self, path: Path, seen: os.stat_result) -> bool:
+        """Remove the entry at ``path`` that was read as not whole, ``seen`` being the status of
+        the very file read; whatever was written there since (another process's
+        :meth:`put`, a whole entry) stays. Returns whether the file read was removed.
+
+        Unlinking ``path`` would remove what is there now, not what was read: the file is first
+        moved aside (a rename, atomic), and only the file read is removed; a file moved aside
+        that turns out to be a newer one goes back, unless yet another has been written since.
+        """
+        try:
+            if not _same_file(os.stat(path), seen):
+                return False  # replaced since it was read (the usual case of a race)
+            aside = self._part_of(path)
+            os.rename(path, aside)
+        except OSError:
+            return False  # gone already, or the folder cannot be written
+        try:
+            moved = os.stat(aside)
+        except OSError:
+            return False
+        if _same_file(moved, seen):
+            return self._remove(aside)
+        # Replaced between the check and the rename: that entry goes back, unless yet another
+        # writer has put one in place meanwhile (os.link never replaces a file).
+        try:
+            os.link(aside, path)
+        except FileExistsError:
+            pass
+        except OSError:  # a filesystem without hard links
+            with contextlib.suppress(OSError):
+                os.rename(aside, path)
+        self._remove(aside)
+        return False
+
+
+def _read(path: Path) -> tuple[bytes, os.stat_result] | None:
+    """The bytes of the file at ``path`` and its status (of the file opened, whatever replaces
+    it meanwhile), or None when it cannot be read."""
+    try:
+        with open(path, "rb") as handle:
+            seen = os.fstat(handle.fileno())
+            return handle.read(), seen
+    except OSError:
+        return None
+
+
+def _same_file(now: os.stat_result, seen: os.stat_result) -> bool:
+    """Whether two statuses are of one file, unchanged (a file renamed into place is another
+    inode; an inode number reused by a new file is told apart by its time and size)."""
+    return (now.st_dev, now.st_ino, now.st_mtime_ns, now.st_size) == (
+        seen.st_dev,
+        seen.st_ino,
+        seen.st_mtime_ns,
+        seen.st_size,
+    )
 
 
 def cache_folder() -> Path:
