@@ -247,7 +247,7 @@ class Archive:
         member = self.members.get(name)
         if member is None:
             raise _invalid(f"the archive has no member {name}", location)
-        if member.method != 0 or member.flags & 0x01 or member.size != member.uncompressed_size:
+        if member.method != 0 or member.flags & 0x41 or member.size != member.uncompressed_size:
             raise _invalid(
                 f"member {name} is compressed or encrypted (method {member.method}, flags "
                 f"{member.flags:#x}); torch.save stores every member as is",
@@ -543,6 +543,8 @@ def _directory(data: bytes, start: int, entries: int, location: str) -> dict[str
         size, uncompressed, name_len, extra_len, comment_len = struct.unpack_from(
             "<IIHHH", data, pos + 20
         )
+        if flags & 0x2000:  # a masked local header (encrypted directory): miniz refuses it
+            raise _invalid(f"the entry at byte {start + pos} is encrypted", location)
         (disk,) = struct.unpack_from("<H", data, pos + 34)
         if disk not in (0, 1):  # as miniz, torch's reader, takes them
             raise _invalid(f"the entry at byte {start + pos} is on disk {disk}", location)
@@ -553,7 +555,7 @@ def _directory(data: bytes, start: int, entries: int, location: str) -> dict[str
             raise _invalid(f"the central directory entry at {start + pos} runs past it", location)
         raw = data[pos + _CENTRAL_BYTES : name_end]
         try:
-            name = raw.decode("utf-8" if flags & 0x800 else "cp437")
+            name = raw.decode("utf-8")  # whatever flag 0x800 says, as torch reads names
         except UnicodeDecodeError:
             raise _invalid(f"a member name at byte {start + pos} is not UTF-8", location) from None
         wide = _zip64_fields(data[name_end:extra_end], (uncompressed, size, offset))
