@@ -554,10 +554,9 @@ def _directory(data: bytes, start: int, entries: int, location: str) -> dict[str
         if extra_end + comment_len > len(data):
             raise _invalid(f"the central directory entry at {start + pos} runs past it", location)
         raw = data[pos + _CENTRAL_BYTES : name_end]
-        try:
-            name = raw.decode("utf-8")  # whatever flag 0x800 says, as torch reads names
-        except UnicodeDecodeError:
-            raise _invalid(f"a member name at byte {start + pos} is not UTF-8", location) from None
+        # Names are compared, never shown raw: one that is not UTF-8 keeps its bytes as
+        # surrogates (torch reads such a file, decoding only the names it looks up).
+        name = raw.decode("utf-8", "surrogateescape") if flags & 0x800 else raw.decode("cp437")
         wide = _zip64_fields(data[name_end:extra_end], (uncompressed, size, offset))
         uncompressed, size, offset = wide or (uncompressed, size, offset)
         if name in members:
