@@ -219,8 +219,8 @@ def _unread(refusal: Exception, found: TorchIndex) -> bool:
     reads, where reading by ranges cannot see the damage."""
     if _MINIZ_AT_OPEN in str(refusal):
         return True  # left open: see _MINIZ_AT_OPEN
-    used = {place.member.raw_name for place in found.places.values()}
-    if isinstance(refusal, UnicodeDecodeError) and refusal.object not in used:
+    raw_names = {place.member.raw_name for place in found.places.values()}
+    if isinstance(refusal, UnicodeDecodeError) and refusal.object not in raw_names:
         # torch decodes some member names as UTF-8 (not every one, in every file); a name
         # of a record we never read is a name only
         return not any(refusal.object.endswith(name.encode()) for name in _READ)
