@@ -219,11 +219,13 @@ def _unread(refusal: Exception, found: TorchIndex) -> bool:
     reads, where reading by ranges cannot see the damage."""
     if _MINIZ_AT_OPEN in str(refusal):
         return True  # left open: see _MINIZ_AT_OPEN
-    raw_names = {place.member.raw_name for place in found.places.values()}
-    if isinstance(refusal, UnicodeDecodeError) and refusal.object not in raw_names:
-        # torch decodes some member names as UTF-8 (not every one, in every file); a name
-        # of a record we never read is a name only
-        return not any(refusal.object.endswith(name.encode()) for name in _READ)
+    read = {name.encode() for name in _READ} | {
+        place.member.raw_name.split(b"/", 1)[-1] for place in found.places.values()
+    }
+    if isinstance(refusal, UnicodeDecodeError):
+        # torch decodes the names of some records (without the archive's folder) as UTF-8,
+        # not every one in every file; a record we never read is a name only to us
+        return refusal.object not in read
     named = _FAILED_READING.search(str(refusal))
     if named is None:
         return False
