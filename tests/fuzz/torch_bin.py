@@ -202,7 +202,9 @@ def check(data: bytes) -> None:
     _same(got, values, expected)
 
 
-_FAILED_READING = re.compile(r"PytorchStreamReader failed reading file ([^:]+):")
+_FAILED_READING = re.compile(
+    r"PytorchStreamReader failed (?:reading file|retrieving file meta-data for) ([^:]+):"
+)
 _READ = ("data.pkl", "byteorder", "version", ".data/version")
 """The records our reader reads besides the storages: the rest (``.format_version``,
 ``.storage_alignment``, ``.data/serialization_id``) it never asks for."""
