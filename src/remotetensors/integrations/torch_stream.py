@@ -62,7 +62,10 @@ loop keeps receiving the other lanes' bytes meanwhile."""
 
 @dataclass(frozen=True, slots=True)
 class Budget:
-    """``max_in_flight_bytes`` as ``lanes`` batches of at most ``batch_bytes`` each."""
+    """``max_in_flight_bytes`` as ``lanes`` batches of at most ``batch_bytes`` each.
+
+    A lane holds at most ``batch_bytes`` at once, whatever its batch needs: its staging buffer
+    and every buffer that its requests are read into on the way (see :meth:`_Lane.runs`)."""
 
     batch_bytes: int
     lanes: int
@@ -238,37 +241,39 @@ class Streamer:
             await self._batch(queue.popleft(), lane)
 
     async def _batch(self, batch: list[Piece], lane: _Lane) -> None:
-        together: list[TensorPiece] = []
-        alone: list[TensorPiece] = []
-        staged: list[tuple[Piece, int]] = []
-        at = 0
-        for piece in batch:
+        def request(piece: Piece, at: int | None) -> TensorPiece:
             filling = piece.filling
-            direct = filling.direct
-            if direct is not None:
+            if at is None:
+                direct = filling.direct
+                assert direct is not None
                 buffer = direct[piece.offset : piece.offset + piece.length]
             else:
                 buffer = lane.buffer(at, piece.length)
-                staged.append((piece, at))
-                at += -(-piece.length // ALIGN) * ALIGN
-            request = TensorPiece(
+            return TensorPiece(
                 filling.read.checkpoint_name, piece.offset, buffer, filling.strides is not None
             )
-            if direct is not None and piece.length >= ALONE_BYTES:
-                alone.append(request)
+
+        def goes_alone(piece: Piece) -> bool:
+            return piece.filling.direct is not None and piece.length >= ALONE_BYTES
+
+        alone = [request(piece, None) for piece in batch if goes_alone(piece)]
+        runs = lane.runs([p for p in batch if not goes_alone(p)], merged=not self._local)
+        for i, run in enumerate(runs):
+            together = [request(piece, at) for piece, at in run]
+            first = alone if i == 0 else []
+            if self._local:
+                # A local file: the batch's positioned reads in one worker thread, lanes in
+                # parallel; a trip through the event loop per read would cost more than the
+                # read.
+                await asyncio.to_thread(self._model.read_into_now, [*first, *together])
             else:
-                together.append(request)
-        if self._local:
-            # A local file: the batch's positioned reads in one worker thread, lanes in
-            # parallel; a trip through the event loop per read would cost more than the read.
-            await asyncio.to_thread(self._model.read_into_now, [*alone, *together])
-        else:
-            reads = [self._model.read_into([request]) for request in alone]
-            if together:
-                reads.append(self._model.read_into(together))
-            await gather_or_cancel(reads)
-        if staged:
-            await _place(staged, lane)
+                reads = [self._model.read_into([one]) for one in first]
+                if together:
+                    reads.append(self._model.read_into(together))
+                await gather_or_cancel(reads)
+            staged = [(piece, at) for piece, at in run if at is not None]
+            if staged:
+                await _place(staged, lane)  # before the next run fills the staging buffer
         for piece in batch:
             piece.filling.pieces_left -= 1
             if piece.filling.pieces_left == 0:
@@ -298,6 +303,88 @@ class _Lane:
         _ = self.staging
         assert self._bytes is not None
         return self._bytes[at : at + length]
+
+    def runs(self, pieces: list[Piece], *, merged: bool) -> list[list[tuple[Piece, int | None]]]:
+        """``pieces`` (read together, not alone) in runs read one after another, each by one
+        plan: every piece with its offset in the staging buffer, or None when its bytes go
+        straight into its tensor. There is always one run, empty when ``pieces`` is.
+
+        A plan reads a request that serves several pieces into them only when they lie back
+        to back in one buffer as in the file; any other (a gap or an overlap between them,
+        pieces apart in memory) is read into a buffer of its length first. So when ``merged``
+        (requests may serve several pieces: not a local file's positioned reads) and the
+        pieces of each file are back to back in it, every piece is staged, laid out as the
+        file is (a piece starts a new 64-byte-aligned stretch only where its elements would
+        not be aligned): no request then takes a buffer of its own. Otherwise the spans of
+        a file whose pieces are not back to back count as passing through such buffers, and a
+        run ends before the staging it uses and those spans would exceed the capacity: the
+        lane holds at most ``capacity`` bytes at once.
+        """
+
+        def where(piece: Piece) -> tuple[str, int, int]:
+            info = piece.filling.read.info
+            start = info.start + piece.offset
+            return info.file or "", start, start + piece.length
+
+        def aligned(at: int) -> int:
+            return -(-at // ALIGN) * ALIGN
+
+        if not merged or len(pieces) < 2:
+            # Each piece read alone: straight into its tensor when it can be, else staged.
+            alone: list[tuple[Piece, int | None]] = []
+            free = 0
+            for piece in pieces:
+                if piece.filling.direct is not None:
+                    alone.append((piece, None))
+                else:
+                    alone.append((piece, free))
+                    free = aligned(free + piece.length)
+            return [alone]
+        order = sorted(pieces, key=where)
+        places = [where(piece) for piece in order]
+        tiled = all(
+            places[i][0] != places[i + 1][0] or places[i][2] == places[i + 1][1]
+            for i in range(len(places) - 1)
+        )
+        runs: list[list[tuple[Piece, int | None]]] = []
+        run: list[tuple[Piece, int | None]] = []
+        used = passed = 0  # staging bytes used; bytes of closed spans that pass through
+        span: tuple[str, int, int, bool] | None = None  # (file, start, end, passes through)
+        last: tuple[str, int, int | None] | None = None  # (file, end, end in staging or None)
+        for piece, (file, start, end) in zip(order, places, strict=True):
+            while True:
+                at: int | None = None
+                ends_at = used
+                if piece.filling.direct is None or tiled:
+                    at = used
+                    follows = last is not None and last[0] == file and last[1] == start
+                    if not follows or at % piece.filling.read.file_dtype.itemsize:
+                        at = aligned(used)
+                    ends_at = at + piece.length
+                back_to_back = (
+                    last is not None
+                    and last[0] == file
+                    and last[1] == start
+                    and at is not None
+                    and last[2] == at
+                )
+                if span is not None and span[0] == file:
+                    grown = (file, span[1], max(span[2], end), span[3] or not back_to_back)
+                    closed = passed
+                else:
+                    grown = (file, start, end, False)
+                    closed = passed + (span[2] - span[1] if span is not None and span[3] else 0)
+                through = closed + (grown[2] - grown[1] if grown[3] else 0)
+                if run and ends_at + through > self._capacity:
+                    runs.append(run)  # this piece starts the next run, from nothing held
+                    run, used, passed, span, last = [], 0, 0, None, None
+                    continue
+                run.append((piece, at))
+                used, passed, span = ends_at, closed, grown
+                last = (file, end, ends_at if at is not None else None)
+                break
+        runs.append(run)
+        return runs
 
 
 async def _place(staged: list[tuple[Piece, int]], lane: _Lane) -> None:

@@ -7,13 +7,16 @@ several consecutive parts, up to the part size that the stream budget (a file's,
 shared by all of its calls) says now, as many at once as it allows: the budget measures the
 requests and its controller adapts both numbers to the link (:mod:`.streams`), unless
 ``ReadOptions`` pins them. A request that is exactly one destination's bytes is read straight
-into it; any other request (bridging a gap, or serving several destinations) goes through a
-temporary buffer of its length and is copied out.
+into it, and so is a request that serves several destinations which lie back to back in one
+buffer, in file order, with nothing between them (a caller's staging buffer laid out as the
+file is: a scatter read with no scratch); any other request (bridging a gap, or serving
+destinations apart in memory) goes through a temporary buffer of its length and is copied out.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import functools
 from collections import deque
 from dataclasses import dataclass
@@ -194,6 +197,10 @@ def fetch_into_blocking(
                 buffer[direct.request_offset : direct.request_offset + direct.length],
             )
         else:
+            together = _back_to_back([part], remaining)
+            if together is not None:
+                read_into(part.range.start, together)
+                continue
             scratch = memoryview(bytearray(part.range.length))
             read_into(part.range.start, scratch)
             _copy_pieces(scratch, part, remaining)
@@ -271,7 +278,8 @@ async def _cancel_all(tasks: Sequence[asyncio.Task[None]]) -> None:
 
 async def _fetch_parts(source: ByteSource, parts: list[Part], targets: Sequence[Target]) -> None:
     """One request for ``parts`` (see :func:`_take`): straight into their destination, or
-    through scratch, copied out part by part."""
+    into the destinations it serves when they lie back to back in memory as in the file
+    (:func:`_back_to_back`), else through scratch, copied out part by part."""
     start, end = parts[0].range.start, parts[-1].range.end
     direct = parts[0].direct_target
     if direct is not None:
@@ -280,7 +288,55 @@ async def _fetch_parts(source: ByteSource, parts: list[Part], targets: Sequence[
             start, buffer[direct.request_offset : direct.request_offset + end - start]
         )
         return
+    together = _back_to_back(parts, targets)
+    if together is not None:
+        await source.read_into(start, together)
+        return
     view = memoryview(bytearray(end - start))
     await source.read_into(start, view)
     for part in parts:
         _copy_pieces(view[part.range.start - start : part.range.end - start], part, targets)
+
+
+def _back_to_back(parts: Sequence[Part], targets: Sequence[Target]) -> memoryview | None:
+    """One view of the destinations' own memory that the bytes of ``parts`` (consecutive in
+    the file) can be read into as they are, or None: when the parts' pieces tile them (no gap,
+    no overlap) and lie back to back, in file order, in one buffer (the same exporting object),
+    so that reading into the view writes exactly the pieces' bytes and nothing else."""
+    start, end = parts[0].range.start, parts[-1].range.end
+    owner: object = None
+    origin = 0
+    at = start
+    for part in parts:
+        for piece in part.pieces:
+            if part.range.start + piece.part_offset != at:
+                return None  # a gap or an overlap: bytes that no destination takes once
+            buffer = targets[piece.request].buffer
+            address = _address(buffer)
+            if address is None:
+                return None
+            address += piece.request_offset
+            if owner is None:
+                owner, origin = buffer.obj, address
+            elif buffer.obj is not owner or address != origin + at - start:
+                return None
+            at += piece.length
+    if at != end or owner is None:
+        return None
+    whole = memoryview(owner)  # type: ignore[arg-type]  # the exporter of a memoryview
+    base = _address(whole)
+    if base is None or not whole.c_contiguous:
+        return None
+    whole = whole.cast("B")
+    offset = origin - base
+    if offset < 0 or offset + end - start > whole.nbytes:
+        return None
+    return whole[offset : offset + end - start]
+
+
+def _address(buffer: memoryview) -> int | None:
+    """Where ``buffer``'s first byte lies in memory; None for a read-only or empty one (no
+    read goes there) or one not of single bytes."""
+    if buffer.readonly or buffer.nbytes == 0 or not buffer.c_contiguous:
+        return None
+    return ctypes.addressof(ctypes.c_char.from_buffer(buffer))
