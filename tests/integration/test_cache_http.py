@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from email.utils import formatdate, parsedate_to_datetime
 from pathlib import Path
 from typing import Any
 
@@ -119,12 +120,132 @@ def test_last_modified_alone_revalidates_and_a_weak_etag_alone_is_not_kept(
         for _ in range(2):
             with rt.safe_open(f"{server.url}/m.safetensors") as f:
                 assert f.keys() == ["w"]
-    assert [r.headers.get("if-modified-since") for r in by_date.requests] == [None, modified]
+    # Not If-Modified-Since: a server answers it 304 for an older file too (a rollback), so
+    # the second request is plain, and its answer's date and size are compared to the kept.
+    assert [r.headers.get("if-modified-since") for r in by_date.requests] == [None, None]
     # A weak ETag does not promise the same bytes: nothing kept, nothing revalidated with it.
     assert all("if-none-match" not in r.headers for r in weak.requests)
     assert len(weak.requests) == 2
     kinds = sorted(info.kind for info in store().entries())
     assert kinds == ["file", "latest"]  # the Last-Modified file's version and its pointer
+
+
+def _by_date(path: Path) -> Callable[[Request, int], Reply]:
+    """Serves the file at ``path`` as it is at each request, known by its ``Last-Modified``
+    alone (no ETag), and judges the date conditions as servers do (http.server, nginx): by
+    order, not by equality. ``If-Modified-Since`` answers 304 for any file not newer than the
+    date (an older one too); ``If-Unmodified-Since`` answers 412 only for a newer one."""
+
+    def handler(request: Request, _: int) -> Reply:
+        data = path.read_bytes()
+        modified = int(path.stat().st_mtime)
+        fields = [("Last-Modified", formatdate(modified, usegmt=True))]
+        since = request.headers.get("if-modified-since")
+        if since and modified <= parsedate_to_datetime(since).timestamp():
+            return head("304 Not Modified", [*fields, ("Content-Length", "0")])
+        unless = request.headers.get("if-unmodified-since")
+        if unless and modified > parsedate_to_datetime(unless).timestamp():
+            return head("412 Precondition Failed", [*fields, ("Content-Length", "0")])
+        asked = request.range
+        if asked is None or asked[0] >= len(data):
+            return head(
+                "416 Range Not Satisfiable",
+                [("Content-Range", f"bytes */{len(data)}"), ("Content-Length", "0")],
+            )
+        answer, body = partial(data, request, fields=fields)
+        return answer + body
+
+    return handler
+
+
+_NEWER: dict[str, np.ndarray[Any, Any]] = {
+    "w": np.arange(20, dtype=np.float32).reshape(4, 5),
+    "b": np.ones(7, np.float32),
+}  # 27 parameters
+_OLDER: dict[str, np.ndarray[Any, Any]] = {"w": np.arange(6, dtype=np.float32).reshape(2, 3)}
+
+
+def _shows(url: str, tensors: dict[str, np.ndarray[Any, Any]]) -> None:
+    """The file at ``url`` opens with the header of ``tensors`` and reads their bytes."""
+    with rt.safe_open(url) as f:
+        assert f.keys() == sorted(tensors)
+        assert f.index.num_parameters == sum(t.size for t in tensors.values())
+        for name, tensor in tensors.items():
+            assert f.get_slice(name).get_shape() == list(tensor.shape)
+            np.testing.assert_array_equal(f.get_tensor(name), tensor)
+
+
+@pytest.mark.parametrize("older_seconds", [500_000_000, 0], ids=["rolled-back", "same-date"])
+def test_a_file_known_by_its_date_alone_is_kept_only_for_that_exact_date_and_size(
+    serve: Callable[..., RawServer], tmp_path: Path, older_seconds: int
+) -> None:
+    # A rollback (an older file put back: an older Last-Modified) or a rewrite within one
+    # second (the same Last-Modified, another size): If-Modified-Since would be answered 304
+    # and the kept header, of another version, served. The date and size must match exactly.
+    path = tmp_path / "m.safetensors"
+    path.write_bytes(write_reference(_NEWER))
+    newer = 2_000_000_000
+    os.utime(path, (newer, newer))
+    server = serve(_by_date(path))
+    url = f"{server.url}/m.safetensors"
+    _shows(url, _NEWER)
+    _shows(url, _NEWER)  # kept, and confirmed
+    path.write_bytes(write_reference(_OLDER))
+    os.utime(path, (newer - older_seconds, newer - older_seconds))
+    del server.requests[:]
+    _shows(url, _OLDER)
+    _shows(url, _OLDER)  # the version kept now
+    assert all("if-modified-since" not in r.headers for r in server.requests)
+    kept = sorted((info.kind, info.shown) for info in store().entries() if info.kind == "file")
+    assert len(kept) == 2  # one entry per version, each under its own date and size
+
+
+def test_a_file_known_by_its_date_alone_costs_one_request_when_unchanged(
+    serve: Callable[..., RawServer], tmp_path: Path
+) -> None:
+    path = tmp_path / "m.safetensors"
+    path.write_bytes(write_reference(_NEWER))
+    server = serve(_by_date(path))
+    url = f"{server.url}/m.safetensors"
+    rt.safe_open(url).__exit__()
+    del server.requests[:]
+    with rt.safe_open(url) as f:
+        assert f.keys() == ["b", "w"]
+        assert f.traffic.requests == 1
+        assert [r.range for r in server.requests] == [(0, 64 * 1024)]
+        assert "if-modified-since" not in server.requests[0].headers
+        np.testing.assert_array_equal(f.get_tensor("w"), _NEWER["w"])
+        # Data reads are tied to that date (If-Unmodified-Since, checked on every answer).
+        assert "if-unmodified-since" in server.requests[-1].headers
+
+
+def test_a_304_that_names_another_etag_confirms_nothing(
+    serve: Callable[..., RawServer],
+) -> None:
+    # If-None-Match compares weakly: a file now served as W/"v1" (other bytes) matches "v1".
+    # A 304 that names another ETag than the kept one is no confirmation of that version.
+    versions = [
+        (write_reference(_NEWER), '"v1"'),
+        (write_reference(_OLDER), 'W/"v1"'),
+    ]
+    current = [0]
+
+    def handler(request: Request, _: int) -> Reply:
+        data, etag = versions[current[0]]
+        fields = [("ETag", etag)]
+        asked = request.headers.get("if-none-match", "")
+        if asked and asked.removeprefix("W/") == etag.removeprefix("W/"):
+            return head("304 Not Modified", [*fields, ("Content-Length", "0")])
+        answer, body = partial(data, request, fields=fields)
+        return answer + body
+
+    server = serve(handler)
+    url = f"{server.url}/m.safetensors"
+    _shows(url, _NEWER)
+    current[0] = 1
+    del server.requests[:]
+    _shows(url, _OLDER)
+    assert [r.headers.get("if-none-match") for r in server.requests[:2]] == ['"v1"', None]
 
 
 def test_offline_a_kept_url_opens_without_a_request(

@@ -1,5 +1,5 @@
 """The persistent cache in front of the sources: what a file's header and a hub repo's small
-answers were, kept on disk under keys that cannot go stale (:mod:`.keys`), so that coming back
+answers were, kept on disk under keys that each name one version (:mod:`.keys`), so that coming back
 to a model costs at most one request, and offline mode (:mod:`.offline`) none.
 
 :mod:`.store` keeps the entries (checked, written atomically, evicted least recently used

@@ -1,4 +1,5 @@
-"""The cache's keys: each names something that cannot change, so an entry never goes stale.
+"""The cache's keys: each names one version of what it holds, and an entry serves only that
+version (the backends check that the version read is the one a key names, see below).
 
 - On a hub: a file at a commit is ``(endpoint, repo type, repo, commit, path)``; its bytes are
   also kept by content (``(endpoint, LFS sha256 or git blob id)``), so a new commit that changes
@@ -9,7 +10,11 @@
 - Over HTTP: ``(URL, validator, size)``, the validator being a strong ``ETag`` or else
   ``Last-Modified`` (:func:`strong_validator`); a weak ETag is not a validator (RFC 9110 8.8.1:
   it does not promise the same bytes), so a file that has only one is not kept. The URL's latest
-  version (:func:`http_latest`) says what to revalidate with a conditional request.
+  version (:func:`http_latest`, the other entry that moves) says what to revalidate with: a
+  strong ETag by a conditional request, a ``Last-Modified`` alone by an answer that shows
+  exactly that date and size (see ``http/cached.py``). A date has a resolution of one second:
+  a file rewritten within the second at the same size, and served without an ETag, is a
+  version that no client can tell apart from the one before.
 - On S3: ``(endpoint, bucket, key, VersionId or ETag, size)``; the object's latest version is
   revalidated as an HTTP file's is (``IfNoneMatch``), and an object named by its VersionId
   cannot change at all.

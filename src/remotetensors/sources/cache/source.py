@@ -4,10 +4,10 @@ bytes that describe a file (:func:`read_metadata`).
 A :class:`CachedSource` is a :class:`~..base.CountingSource` (it counts what crosses the network,
 and only that: an answer from the cache is no request). Opening it asks the cache first for the
 version that will be read: when the backend can name that version without a request (a hub file
-at a known commit) or confirm it with a cheap one (an HTTP file revalidated with a conditional
-request), the kept bytes are served and the source underneath takes that version as opened, so
-later data reads are tied to it as if it had been opened over the network. Otherwise it opens
-over the network as before.
+at a known commit) or confirm it with one request (an HTTP file revalidated, see
+``http/cached.py``), the kept bytes are served and the source underneath takes that version as
+opened, so later data reads are tied to it as if it had been opened over the network. Otherwise
+it opens over the network as before.
 
 What is kept of a file is what its reader declares as metadata through :func:`read_metadata`
 (a safetensors file's 8-byte length and header, a GGUF header, a whole index or config, a zip's

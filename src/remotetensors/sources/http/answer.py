@@ -12,7 +12,7 @@ what it is:
 - :class:`Empty`: an empty file (a first 416 with ``Content-Range: bytes */0``, or a first 200
   from 0 with ``Content-Length: 0``);
 - :class:`Unchanged`: a first 304, the answer to a request made conditional on the file no
-  longer being a version a persistent cache holds (``If-None-Match``, ``If-Modified-Since``);
+  longer being a version a persistent cache holds (``If-None-Match``);
 - :class:`Follow`: a redirect to follow (no transport follows any itself: every hop, on the
   first request and on later ones, is judged here by :func:`follow`, and its headers chosen by
   :func:`.policy.headers_for`); a redirect that must not be followed is :class:`Failed` with a

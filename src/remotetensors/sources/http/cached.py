@@ -1,13 +1,16 @@
 """A file on an HTTP server with the persistent cache in front of it (see :mod:`..cache.source`).
 
 A URL's bytes can change at any time, so a kept version is used only once the server confirms
-it: the file's first request is made conditional on the version kept (``If-None-Match`` with its
-strong ETag, else ``If-Modified-Since`` with its ``Last-Modified``). A 304 serves the kept bytes
-(one request, no body); any other answer is the file's new version, opened by that same request,
-and kept in turn. A version is kept under ``(URL, validator, size)``
-(:func:`..cache.keys.http_version`), and the URL's latest version is remembered to revalidate
-with (:func:`..cache.keys.http_latest`). A file whose only validator is a weak ETag is not kept:
-a weak ETag does not promise the same bytes. Offline, the URL's latest kept version is served.
+it, by the file's first request. With a strong ETag that request is conditional
+(``If-None-Match``): a 304 serves the kept bytes (one request, no body). A version known by its
+``Last-Modified`` alone is asked for plainly (not ``If-Modified-Since``, which a server answers
+304 for an older file too: a rollback would serve the newer version's header), and the kept
+bytes are served only when the answer shows exactly the kept date and size. Any other answer
+is the file's new version, opened by that same request, and kept in turn. A version is kept
+under ``(URL, validator, size)`` (:func:`..cache.keys.http_version`), and the URL's latest
+version is remembered to revalidate with (:func:`..cache.keys.http_latest`). A file whose only
+validator is a weak ETag is not kept: a weak ETag does not promise the same bytes. Offline, the
+URL's latest kept version is served.
 """
 
 from __future__ import annotations

@@ -283,22 +283,27 @@ class HttpSource(ByteSource):
     async def open_prefix_unless(
         self, length: int, *, size: int, etag: str | None, last_modified: str | None
     ) -> Prefix | None:
-        """:meth:`open_prefix`, asked only if the file is no longer the version of ``size``
-        bytes with these validators (a strong ETag as ``If-None-Match``, else
-        ``Last-Modified`` as ``If-Modified-Since``): None when the server answers 304 (the
-        version is then taken as opened, see :meth:`assume_version`), else the new version's
-        prefix. One request either way.
+        """:meth:`open_prefix`, unless the file is still exactly the version of ``size`` bytes
+        with these validators: None then (the version is taken as opened, see
+        :meth:`assume_version`), else the new version's prefix. One request either way (two
+        when a 304 names another ETag than the one asked for, see below).
+
+        With a strong ETag the request carries ``If-None-Match``; a 304 confirms the version
+        (if it names an ETag, it must be that one: the comparison is weak, and ``W/"x"``
+        does not promise the bytes of ``"x"``). A version known by its ``Last-Modified``
+        alone is asked for plainly, never with ``If-Modified-Since``: a server answers that
+        304 for any file not newer than the date, so an older version put back (a rollback)
+        or one written within the same second would pass for the kept one. The answer is
+        the version kept only when its size and validators are exactly the kept ones.
 
         Raises:
-            ValueError: neither validator can make the request conditional.
+            ValueError: neither validator names the version.
             and what :meth:`open_prefix` raises.
         """
-        if etag is not None and not etag.startswith("W/"):
-            self._unless = {"If-None-Match": etag}
-        elif last_modified is not None:
-            self._unless = {"If-Modified-Since": last_modified}
-        else:
+        strong = etag is not None and not etag.startswith("W/")
+        if last_modified is None and not strong:
             raise ValueError(f"{self._shown}: no strong validator to revalidate with")
+        self._unless = {"If-None-Match": etag} if strong and etag is not None else {}
         self._unchanged = False
         try:
             buffer = bytearray(length)
@@ -306,10 +311,20 @@ class HttpSource(ByteSource):
         finally:
             self._unless = {}
         if self._unchanged:
-            self.assume_version(size, etag, last_modified)
-            return None
-        assert self._pin.size is not None
-        return Prefix(bytes(buffer[:received]), self._pin.size, self._pin.validator)
+            answered = self.first_response_headers
+            named = answered.get("ETag") if answered is not None else None
+            if named is not None and named.strip() != etag:
+                return await self.open_prefix(length)  # not that version: read it anew
+        else:
+            assert self._pin.size is not None
+            if (self._pin.size, self._pin.etag, self._pin.last_modified) != (
+                size,
+                etag,
+                last_modified,
+            ):
+                return Prefix(bytes(buffer[:received]), self._pin.size, self._pin.validator)
+        self.assume_version(size, etag, last_modified)
+        return None
 
     def version_validators(self) -> tuple[str | None, str | None]:
         """The ``ETag`` and ``Last-Modified`` of the version opened (None until opened, and
@@ -657,7 +672,7 @@ class HttpSource(ByteSource):
             if not self._unless:
                 raise BadResponseError(
                     f"{self._shown}: HTTP 304 Not Modified to a request that named no version "
-                    f"(bytes {start}-{end - 1}, no If-None-Match or If-Modified-Since)"
+                    f"(bytes {start}-{end - 1}, no If-None-Match)"
                 )
             self._unchanged = True
             return 0
