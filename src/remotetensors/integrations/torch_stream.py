@@ -7,7 +7,8 @@ is cut into pieces of at most ``batch_bytes``; consecutive pieces of small tenso
 batch, read as one coalesced plan. ``max_in_flight_bytes`` is split into lanes, each running
 one batch at a time with its own staging buffer (pinned host memory when tensors go to a CUDA
 device), so at most ``max_in_flight_bytes`` are asked for and not yet in their final place,
-whatever the size of one tensor. A tensor is done when its last piece is in place; only then is
+whatever the size of one tensor, and at most that much is held in staging and in the buffers
+requests pass through (see :meth:`_Lane.runs`). A tensor is done when its last piece is in place; only then is
 it handed on (see :class:`Streamer`).
 
 A tensor that is a strided view of its storage in the file (a transposed or expanded weight in
