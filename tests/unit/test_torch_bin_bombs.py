@@ -456,3 +456,12 @@ def test_an_entry_with_a_masked_local_header_is_refused_as_torch_refuses_it() ->
     with pytest.raises(RuntimeError, match="encryption"):
         loaded(bytes(file))
     assert "is encrypted" in str(bin_refusal(bytes(file)))
+
+
+@pytest.mark.parametrize("tail", [b"junk after the end record", b""])
+def test_the_end_record_is_found_as_torch_finds_it(tail: bytes) -> None:
+    file = bytearray(TWO + tail)
+    struct.pack_into("<H", file, len(TWO) - 2, 7)  # a comment length that does not add up
+    loaded(bytes(file))
+    assert_same(bytes(file), index_of(bytes(file))[0])
+    assert_same(bytes(file), index_of(bytes(file), window=100)[0])

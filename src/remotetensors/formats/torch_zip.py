@@ -472,7 +472,8 @@ def _check_pickle_record(archive: Archive, location: str) -> None:
 
 
 def _find_eocd(held: HeldBytes, location: str) -> int:
-    """The offset of the EOCD: the last signature whose comment runs to the file's end."""
+    """The offset of the EOCD: the last signature with a whole record after it, as miniz
+    (torch's reader) finds it, whatever the comment's length says."""
     size = held.size
     if size < _EOCD_BYTES:
         raise _invalid(f"a file of {size} bytes is no zip archive", location)
@@ -482,15 +483,9 @@ def _find_eocd(held: HeldBytes, location: str) -> int:
     for start, data in reversed(held.regions):
         if start + len(data) == tail_start:
             tail, tail_start = data + tail, start
-    pos = len(tail) - _EOCD_BYTES
-    while pos >= 0:
-        pos = tail.rfind(_EOCD, 0, pos + len(_EOCD))
-        if pos < 0:
-            break
-        (comment,) = struct.unpack_from("<H", tail, pos + 20)
-        if pos + _EOCD_BYTES + comment == len(tail):
-            return tail_start + pos
-        pos -= 1
+    pos = tail.rfind(_EOCD, 0, max(0, len(tail) - _EOCD_BYTES + len(_EOCD)))
+    if pos >= 0:
+        return tail_start + pos
     if tail_start > lowest:
         raise NeedBytes(lowest, tail_start)
     if looks_like_legacy(held.get(0, min(size, len(LEGACY_MAGIC)))):
