@@ -178,6 +178,8 @@ class HttpClient:
             TlsError: the CA bundle named cannot be loaded.
         """
         if self._httpx is None:
+            from .cancelsafe import mend  # here: it imports httpcore, as making a client does
+
             options = self.options
             self._httpx = httpx.AsyncClient(
                 timeout=httpx.Timeout(
@@ -192,6 +194,7 @@ class HttpClient:
                 follow_redirects=False,
                 verify=shared_ssl_context(options.ca_bundle),
             )
+            mend(self._httpx)  # a handshake cancelled half way closes its connection
         return self._httpx
 
     async def aclose(self) -> None:

@@ -113,6 +113,11 @@ the body's: a ``Content-Length`` must say the same, a chunked or close-delimited
 there), or None to close the connection unread."""
 
 
+_CLOSE_WAIT_SECONDS = 5.0
+"""The longest :meth:`RawRangeClient.aclose` waits for its idle connections to be closed (they
+are, at the loop's next turn)."""
+
+
 class RawConnectionError(ConnectionError):
     """The connection failed or closed; ``received`` body bytes had been written by then."""
 
@@ -168,6 +173,7 @@ class _Protocol(asyncio.BufferedProtocol):
     def __init__(self, scratch: bytearray, *, idle_seconds: float) -> None:
         self.transport: asyncio.Transport | None = None
         self.closed = False
+        self.lost: asyncio.Future[None] | None = None  # resolved by connection_lost
         self._scratch = memoryview(scratch)
         self._head = bytearray()
         self.meter: Meter | None = None
@@ -198,6 +204,7 @@ class _Protocol(asyncio.BufferedProtocol):
         # Not an isinstance check: uvloop's TCP transport has every method of
         # asyncio.Transport without deriving from it.
         self.transport = cast("asyncio.Transport", transport)
+        self.lost = asyncio.get_running_loop().create_future()
 
     def begin(self, accept: Accept, meter: Meter | None) -> asyncio.Future[RawResponse]:
         self.meter = meter
@@ -444,6 +451,8 @@ class _Protocol(asyncio.BufferedProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        if self.lost is not None and not self.lost.done():
+            self.lost.set_result(None)
         if self._mode == "body" and self._body is not None and self._body_socket is None:
             self._body.closed()  # the end of a body delimited by the close
             self._finish_if_done()
@@ -599,6 +608,7 @@ class RawRangeClient:
         self._ca_bundle = ca_bundle
         self._idle: dict[tuple[str, str, int], list[_Protocol]] = {}
         self._scratch = bytearray(_SCRATCH_BYTES)
+        self._closed = False  # aclose was called: no connection is kept idle any more
 
     @staticmethod
     def receives_in_threads(url: str) -> bool:
@@ -723,19 +733,35 @@ class RawRangeClient:
             raise
         finally:
             watchdog.cancel()
-        if answer.body_read and protocol.keep_alive and not protocol.closed:
+        if answer.body_read and protocol.keep_alive and not protocol.closed and not self._closed:
             idle = self._idle.setdefault(key, [])
             if len(idle) < self._max_idle:
                 idle.append(protocol)
             else:
                 protocol._close()
-        elif answer.body_read:  # not to be used again (Connection: close, its body's framing)
-            protocol._close()
+        elif answer.body_read:  # not to be used again (Connection: close, its body's framing,
+            protocol._close()  # or a client closed while the request ran)
         return answer
 
     async def aclose(self) -> None:
-        """Close every idle connection."""
-        for idle in self._idle.values():
-            for protocol in idle:
-                protocol._close()
+        """Close every idle connection, and return once they are closed (their sockets too,
+        TLS or not); a connection in use closes when its request ends, instead of waiting
+        idle in a client that nobody will close again (its socket was left to the collector:
+        "ResourceWarning: unclosed socket"). Requests sent later work, each on a connection
+        of its own.
+        """
+        self._closed = True
+        closing = [protocol for idle in self._idle.values() for protocol in idle]
         self._idle.clear()
+        for protocol in closing:
+            protocol._close()
+        # connection_lost comes at the loop's next turn (asyncio's transports close their
+        # socket then): a loop closed before that turn would leave the sockets open.
+        loop = asyncio.get_running_loop()
+        lost = [
+            p.lost
+            for p in closing
+            if p.lost is not None and not p.lost.done() and p.lost.get_loop() is loop
+        ]
+        if lost:
+            await asyncio.wait(lost, timeout=_CLOSE_WAIT_SECONDS)
