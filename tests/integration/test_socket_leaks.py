@@ -166,5 +166,10 @@ def test_a_direct_client_is_closed_when_aclose_returns(slow_server: tuple[str, s
         # Not at the loop's next turn: a loop closed right after would never take it.
         assert sockets[0].fileno() == -1
         assert protocol.closed
+        # A client used again keeps its connections again (and is closed again).
+        await client.get_into(url, {"Range": "bytes=0-9"}, lambda *_: memoryview(buffer))
+        assert sum(len(kept) for kept in idle.values()) == 1
+        await client.aclose()
+        assert not idle
 
     assert leaked(run) == []

@@ -608,7 +608,7 @@ class RawRangeClient:
         self._ca_bundle = ca_bundle
         self._idle: dict[tuple[str, str, int], list[_Protocol]] = {}
         self._scratch = bytearray(_SCRATCH_BYTES)
-        self._closed = False  # aclose was called: no connection is kept idle any more
+        self._closings = 0  # aclose calls: a request begun before the last one keeps nothing
 
     @staticmethod
     def receives_in_threads(url: str) -> bool:
@@ -650,6 +650,7 @@ class RawRangeClient:
             TlsError: the CA bundle named cannot be loaded.
         """
         key, target, authority = _address(url)
+        begun = self._closings
         try:
             request = request_head(target, [("Host", authority), *headers.items()])
         except HeadError as exc:
@@ -659,7 +660,7 @@ class RawRangeClient:
         for reuse in (True, False):
             protocol = await self._connection(key, reuse=reuse)
             try:
-                return await self._exchange(protocol, key, request, accept, meter)
+                return await self._exchange(protocol, key, request, accept, meter, begun)
             except RawConnectionError as exc:
                 if not (exc.before_response and protocol.progress == 0 and reuse):
                     raise
@@ -719,7 +720,11 @@ class RawRangeClient:
         request: bytes,
         accept: Accept,
         meter: Meter | None,
+        begun: int,
     ) -> RawResponse:
+        """Send ``request`` on ``protocol`` and wait for its answer; then keep the connection
+        idle if it can serve another request and the client was not closed since the request
+        began (``begun``: the count of :meth:`aclose` calls then), else close it."""
         done = protocol.begin(accept, meter)
         # Protocol callbacks run outside the task: hand them the task's listener.
         protocol.on_body_bytes = bytes_listener()
@@ -733,24 +738,25 @@ class RawRangeClient:
             raise
         finally:
             watchdog.cancel()
-        if answer.body_read and protocol.keep_alive and not protocol.closed and not self._closed:
+        reusable = answer.body_read and protocol.keep_alive and not protocol.closed
+        if reusable and begun == self._closings:
             idle = self._idle.setdefault(key, [])
             if len(idle) < self._max_idle:
                 idle.append(protocol)
             else:
                 protocol._close()
         elif answer.body_read:  # not to be used again (Connection: close, its body's framing,
-            protocol._close()  # or a client closed while the request ran)
+            protocol._close()  # or the client was closed while the request ran)
         return answer
 
     async def aclose(self) -> None:
         """Close every idle connection, and return once they are closed (their sockets too,
         TLS or not); a connection in use closes when its request ends, instead of waiting
         idle in a client that nobody will close again (its socket was left to the collector:
-        "ResourceWarning: unclosed socket"). Requests sent later work, each on a connection
-        of its own.
+        "ResourceWarning: unclosed socket"). Requests sent later work as before (a client
+        used again must be closed again).
         """
-        self._closed = True
+        self._closings += 1
         closing = [protocol for idle in self._idle.values() for protocol in idle]
         self._idle.clear()
         for protocol in closing:
