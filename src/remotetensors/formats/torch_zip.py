@@ -285,8 +285,15 @@ def read_archive(held: HeldBytes, *, location: str = "<bytes>") -> Archive:
     # defers to zip64 records, or says what cannot be) the directory.
     first_needed = max(0, eocd - _LOCATOR_BYTES)
     plausible = start <= eocd and eocd - start <= MAX_DIRECTORY_BYTES + _LOCATOR_BYTES
-    before = max(0, start - VERSION_REACH_BYTES)
-    held.get(min(before, first_needed) if plausible else first_needed, eocd)
+    lowest = min(start, first_needed) if plausible else first_needed
+    try:
+        held.get(lowest, eocd)
+    except NeedBytes:
+        # A read is needed: it takes the version record too (see VERSION_REACH_BYTES). When
+        # the directory is held already, only the record itself is asked for, if at all: a
+        # wider read would take tensor bytes that a cache of the metadata does not keep.
+        before = max(0, start - VERSION_REACH_BYTES)
+        held.get(min(before, first_needed) if plausible else first_needed, eocd)
     if eocd >= _LOCATOR_BYTES and held.get(eocd - _LOCATOR_BYTES, eocd).startswith(_LOCATOR):
         zip64 = _zip64_end(held, eocd, location)
         if zip64 is not None:
@@ -304,7 +311,6 @@ def read_archive(held: HeldBytes, *, location: str = "<bytes>") -> Archive:
             f"of {MAX_DIRECTORY_BYTES}",
             location=location,
         )
-    held.get(max(0, start - VERSION_REACH_BYTES), start)  # in the same read as the directory
     members = _directory(held.get(start, start + size), start, entries, location)
     archive = Archive.of(members, start, size)
     _check_names(archive, location)
