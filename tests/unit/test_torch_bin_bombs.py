@@ -465,3 +465,26 @@ def test_the_end_record_is_found_as_torch_finds_it(tail: bytes) -> None:
     loaded(bytes(file))
     assert_same(bytes(file), index_of(bytes(file))[0])
     assert_same(bytes(file), index_of(bytes(file), window=100)[0])
+
+
+@pytest.mark.parametrize(
+    ("zip64", "disks", "read"),
+    [
+        (False, (0, 0), True),
+        (False, (1, 1), False),
+        (False, (0, 1), False),
+        (True, (1, 1), True),  # the EOCD's fields do not count beside zip64 records
+        (True, (2, 0), True),
+    ],
+)
+def test_the_end_records_disks_are_read_as_torch_reads_them(
+    zip64: bool, disks: tuple[int, int], read: bool
+) -> None:
+    file = bytearray(TWO if zip64 else _relaid(TWO))
+    struct.pack_into("<HH", file, len(file) - 22 + 4, *disks)
+    if read:
+        assert_same(bytes(file), index_of(bytes(file))[0])
+    else:
+        with pytest.raises(RuntimeError, match="multidisk"):
+            loaded(bytes(file))
+        assert "several disks" in str(bin_refusal(bytes(file)))

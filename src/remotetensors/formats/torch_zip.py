@@ -278,8 +278,6 @@ def read_archive(held: HeldBytes, *, location: str = "<bytes>") -> Archive:
     eocd = _find_eocd(held, location)
     record = held.get(eocd, eocd + _EOCD_BYTES)
     disk, directory_disk, here, entries, size, start, _ = struct.unpack("<HHHHIIH", record[4:])
-    if disk or directory_disk or here != entries:
-        raise _invalid("the archive spans several disks", location)
     end_of_directory = eocd
     # What lies before the EOCD in one read: a zip64 locator, if any, and (unless the EOCD
     # defers to zip64 records, or says what cannot be) the directory.
@@ -296,8 +294,12 @@ def read_archive(held: HeldBytes, *, location: str = "<bytes>") -> Archive:
         held.get(min(before, first_needed) if plausible else first_needed, eocd)
     if eocd >= _LOCATOR_BYTES and held.get(eocd - _LOCATOR_BYTES, eocd).startswith(_LOCATOR):
         zip64 = _zip64_end(held, eocd, location)
-        if zip64 is not None:
-            entries, size, start, end_of_directory = zip64
+    else:
+        zip64 = None
+    if zip64 is not None:  # the EOCD's own fields do not count then, as miniz reads them
+        entries, size, start, end_of_directory = zip64
+    elif not _one_disk(disk, directory_disk, here, entries):
+        raise _invalid("the archive spans several disks", location)
     if start + size > end_of_directory:
         raise _invalid(
             f"the central directory [{start}, {start + size}) runs past the end records at "
@@ -519,7 +521,9 @@ def _zip64_end(held: HeldBytes, eocd: int, location: str) -> tuple[int, int, int
     whose locator sits just before the EOCD; None when the locator points at no zip64 EOCD
     (miniz, torch's reader, then takes the EOCD's own values, and so does this reader)."""
     locator = held.get(eocd - _LOCATOR_BYTES, eocd)
-    disk, at, disks = struct.unpack_from("<IQI", locator, 4)
+    _, at, disks = struct.unpack_from("<IQI", locator, 4)
+    if disks != 1:
+        raise _invalid(f"the zip64 locator says the archive has {disks} disks", location)
     if at + _EOCD64_BYTES > eocd - _LOCATOR_BYTES:
         raise _invalid(f"the zip64 locator points at byte {at}, outside the archive", location)
     record = held.get(at, at + _EOCD64_BYTES)
@@ -528,9 +532,15 @@ def _zip64_end(held: HeldBytes, eocd: int, location: str) -> tuple[int, int, int
     _, _, _, disk64, directory_disk, here, entries, size, start = struct.unpack_from(
         "<QHHIIQQQQ", record, 4
     )
-    if disk or disks > 1 or disk64 or directory_disk or here != entries:
+    if not _one_disk(disk64, directory_disk, here, entries):
         raise _invalid("the archive spans several disks", location)
     return entries, size, start, at
+
+
+def _one_disk(disk: int, directory_disk: int, here: int, entries: int) -> bool:
+    """Whether end records say the archive is on one disk, as torch reads them: this disk and
+    the directory's both 0, all entries on it."""
+    return disk == directory_disk == 0 and here == entries
 
 
 def _directory(data: bytes, start: int, entries: int, location: str) -> dict[str, Member]:
