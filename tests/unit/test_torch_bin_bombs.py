@@ -488,3 +488,19 @@ def test_the_end_records_disks_are_read_as_torch_reads_them(
         with pytest.raises(RuntimeError, match="multidisk"):
             loaded(bytes(file))
         assert "several disks" in str(bin_refusal(bytes(file)))
+
+
+@pytest.mark.parametrize(("record", "disks", "read"), [(True, 0, False), (False, 0, True)])
+def test_the_zip64_locators_disks_count_only_with_a_zip64_record(
+    record: bool, disks: int, read: bool
+) -> None:
+    file = bytearray(TWO)
+    struct.pack_into("<I", file, len(file) - 22 - 20 + 16, disks)
+    if not record:
+        file[len(file) - 22 - 20 - 56] = ord("X")
+    if read:
+        assert_same(bytes(file), index_of(bytes(file))[0])
+    else:
+        with pytest.raises(RuntimeError, match="multidisk"):
+            loaded(bytes(file))
+        assert "disks" in str(bin_refusal(bytes(file)))

@@ -522,8 +522,6 @@ def _zip64_end(held: HeldBytes, eocd: int, location: str) -> tuple[int, int, int
     (miniz, torch's reader, then takes the EOCD's own values, and so does this reader)."""
     locator = held.get(eocd - _LOCATOR_BYTES, eocd)
     _, at, disks = struct.unpack_from("<IQI", locator, 4)
-    if disks != 1:
-        raise _invalid(f"the zip64 locator says the archive has {disks} disks", location)
     if at + _EOCD64_BYTES > eocd - _LOCATOR_BYTES:
         raise _invalid(f"the zip64 locator points at byte {at}, outside the archive", location)
     record = held.get(at, at + _EOCD64_BYTES)
@@ -532,6 +530,8 @@ def _zip64_end(held: HeldBytes, eocd: int, location: str) -> tuple[int, int, int
     _, _, _, disk64, directory_disk, here, entries, size, start = struct.unpack_from(
         "<QHHIIQQQQ", record, 4
     )
+    if disks != 1:  # only once a zip64 record is found, as miniz checks it
+        raise _invalid(f"the zip64 locator says the archive has {disks} disks", location)
     if not _one_disk(disk64, directory_disk, here, entries):
         raise _invalid("the archive spans several disks", location)
     return entries, size, start, at
