@@ -15,16 +15,9 @@ import gc
 import socket
 import warnings
 
-import pytest
 from aiohttp import web
 
 from tests.servers import _Running
-
-pytestmark = pytest.mark.xfail(
-    strict=True,
-    reason="tests/servers.py: _Running.stop closes its loop without running what the last "
-    "turn scheduled (the fix is for that file's owner; remove this mark with it)",
-)
 
 
 def test_what_the_last_turn_scheduled_runs_before_the_loop_closes() -> None:
