@@ -12,6 +12,7 @@ import time
 import tracemalloc
 import zipfile
 from collections import OrderedDict
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -504,3 +505,14 @@ def test_the_zip64_locators_disks_count_only_with_a_zip64_record(
         with pytest.raises(RuntimeError, match="multidisk"):
             loaded(bytes(file))
         assert "disks" in str(bin_refusal(bytes(file)))
+
+
+def test_a_member_never_read_may_overlap_the_next_as_torch_allows() -> None:
+    found = Path(__file__).parent.parent / "fuzz" / "findings" / "torch_bin"
+    file = (found / "unread-member-overlaps-the-next").read_bytes()
+    loaded(file)  # its .storage_alignment runs into the next local header
+    assert_same(file, index_of(file)[0])
+    overlapping = _patched(
+        _patched(TWO, "archive/byteorder", 20, 200), "archive/byteorder", 24, 200
+    )
+    assert "past the next member's local header" in str(bin_refusal(overlapping))

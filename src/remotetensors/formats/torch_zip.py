@@ -318,6 +318,9 @@ def read_archive(held: HeldBytes, *, location: str = "<bytes>") -> Archive:
     _check_names(archive, location)
     for member in members.values():
         _check_bounds(archive, member, location)
+    for name in ("data.pkl", "byteorder"):  # read whole by .torch_bin
+        if f"{archive.root}/{name}" in members:
+            _check_record(archive, members[f"{archive.root}/{name}"], location)
     _check_pickle_record(archive, location)
     _check_version(archive, held, location)
     _check_serialization_id(archive, held, location)
@@ -350,6 +353,7 @@ def _small_record(archive: Archive, held: HeldBytes, member: Member, location: s
         HeaderError: INVALID_ZIP when its record is longer than a local header, its bytes
             and a data descriptor, or its local header disagrees.
     """
+    _check_record(archive, member, location)
     end = archive.record_end(member)
     if end - member.local_offset > MAX_LOCAL_HEADER_BYTES + member.size + _DESCRIPTOR_BYTES:
         raise _invalid(
@@ -435,9 +439,8 @@ def _check_names(archive: Archive, location: str) -> None:
 
 
 def _check_bounds(archive: Archive, member: Member, location: str) -> None:
-    """``member``'s local header and bytes fit in its record, before the next record or the
-    central directory (which lies in the file): where torch (miniz) looks for them, and
-    nowhere a read could run past."""
+    """``member``'s local header and bytes lie before the central directory (which lies in
+    the file): nowhere a read could run past."""
     end = member.local_offset + LOCAL_HEADER_BYTES + len(member.raw_name) + member.size
     if end > archive.directory_start:
         raise _invalid(
@@ -446,6 +449,13 @@ def _check_bounds(archive: Archive, member: Member, location: str) -> None:
             f"{archive.directory_start}",
             location,
         )
+
+
+def _check_record(archive: Archive, member: Member, location: str) -> None:
+    """``member``, one this reader reads whole with its local header, fits in its record,
+    before the next member's local header (torch does not look: a member it never reads may
+    overlap the next)."""
+    end = member.local_offset + LOCAL_HEADER_BYTES + len(member.raw_name) + member.size
     record_end = archive.record_end(member)
     if end > record_end:
         raise _invalid(
