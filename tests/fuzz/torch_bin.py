@@ -108,6 +108,8 @@ _PURPOSES = {
         # member's bytes start is confirmed by its local header, so it must agree
         "the local header at byte",
         "says method",
+        # every member inside the file, before the directory, even one torch never reads
+        "past the central directory's start",
     ),
     HeaderErrorKind.INVALID_TENSOR_INFO: ("-endian; only little-endian files are read",),
 }
