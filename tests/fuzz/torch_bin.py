@@ -108,6 +108,7 @@ _PURPOSES = {
         # member's bytes start is confirmed by its local header, so it must agree
         "the local header at byte",
         "says method",
+        "no local header of",
         # every member inside the file, before the directory, even one torch never reads
         "past the central directory's start",
     ),
