@@ -259,7 +259,12 @@ def assert_same(data: bytes, found: TorchIndex) -> None:
         info = found.index.tensors[name]
         assert (info.dtype, info.shape) == (DTYPE_NAMES[expected.dtype], tuple(expected.shape))
         as_bytes = (
-            expected.contiguous().view(-1).view(torch.uint8).numpy() if expected.numel() else []
+            expected.clone(memory_format=torch.contiguous_format)
+            .reshape(-1)
+            .view(torch.uint8)
+            .numpy()
+            if expected.numel()
+            else []
         )
         assert np.ascontiguousarray(ours[name]).reshape(-1).view(np.uint8).tobytes() == bytes(
             as_bytes
