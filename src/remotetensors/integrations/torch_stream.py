@@ -8,8 +8,8 @@ batch, read as one coalesced plan. ``max_in_flight_bytes`` is split into lanes, 
 one batch at a time with its own staging buffer (pinned host memory when tensors go to a CUDA
 device), so at most ``max_in_flight_bytes`` are asked for and not yet in their final place,
 whatever the size of one tensor, and at most that much is held in staging and in the buffers
-requests pass through (see :meth:`_Lane.runs`). A tensor is done when its last piece is in place; only then is
-it handed on (see :class:`Streamer`).
+requests pass through (see :meth:`_Lane.runs`). A tensor is done when its last piece is in
+place; only then is it handed on (see :class:`Streamer`).
 
 A tensor that is a strided view of its storage in the file (a transposed or expanded weight in
 a PyTorch ``.bin``: see :class:`~remotetensors.index.TensorLayout`) is read in pieces along its

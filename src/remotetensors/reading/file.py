@@ -406,7 +406,8 @@ class AsyncTensorFile:
             SliceError: an index the reference rejects.
         """
         self._check_open()
-        info = self.row_major_info(info.name, "this slice read")
+        if not info.row_major:
+            self.row_major_info(info.name, "this slice read")  # raises LayoutError
         plan = plan_slice(info, index)
         options = self._options
         chunks = plan.chunks(
