@@ -18,12 +18,14 @@ reading file ...") are no finding.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import re
 import time
 import tracemalloc
 import zipfile
+import zlib
 from typing import Any
 
 import numpy as np
@@ -253,20 +255,25 @@ def _unread(refusal: Exception, found: TorchIndex) -> bool:
 
 
 def _the_zip_holds(data: bytes, found: TorchIndex, name: str, ours: bytes) -> bool:
-    """Whether ``ours``, a contiguous tensor's bytes, are what its storage's record holds, as
-    Python's zipfile reads it (by its local header, its CRC checked): the oracle where torch
-    hands out bytes it never read. (A damaged ``.format_version`` record beside good storages
-    made torch give uninitialised bytes, other ones on every load:
-    findings/torch_bin/torch-reads-uninitialised-bytes.)"""
+    """Whether ``ours``, a contiguous tensor's bytes, are those of its storage's record, whose
+    CRC-32 (in the data descriptor that follows it, as torch.save writes one, else in its
+    directory entry as Python's zipfile reads it) holds: the oracle where torch hands out bytes
+    it never read. (A ``.format_version`` of "0" beside good storages made torch give
+    uninitialised bytes for the first one, other ones on every load, zeros as often as not:
+    findings/torch_bin/torch-reads-uninitialised-bytes, -2.)"""
     if name in found.strided:
         return False
     place = found.places[name]
-    info = found.index.tensors[name]
-    try:
-        record = zipfile.ZipFile(io.BytesIO(data)).read(place.member.name)
-    except (zipfile.BadZipFile, ValueError, OSError, EOFError, NotImplementedError):
+    record = data[place.start : place.start + place.nbytes]
+    after = data[place.start + place.nbytes :]
+    crcs = {after[4:8] if after.startswith(b"PK\x07\x08") else after[:4]}
+    unreadable = (zipfile.BadZipFile, KeyError, ValueError, OSError, EOFError)
+    with contextlib.suppress(*unreadable):
+        entry = zipfile.ZipFile(io.BytesIO(data)).getinfo(place.member.name)
+        crcs.add(entry.CRC.to_bytes(4, "little"))
+    if zlib.crc32(record).to_bytes(4, "little") not in crcs:
         return False
-    offset = info.start - place.start
+    offset = found.index.tensors[name].start - place.start
     return record[offset : offset + len(ours)] == ours
 
 
