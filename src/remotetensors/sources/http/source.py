@@ -316,13 +316,11 @@ class HttpSource(ByteSource):
             if named is not None and named.strip() != etag:
                 return await self.open_prefix(length)  # not that version: read it anew
         else:
+            # A full answer (no 304: a version known by its date alone, or a server that does
+            # not answer conditionals) is the version there now, read: its prefix serves,
+            # whether or not it is the one kept (its tensor bytes are not read twice).
             assert self._pin.size is not None
-            if (self._pin.size, self._pin.etag, self._pin.last_modified) != (
-                size,
-                etag,
-                last_modified,
-            ):
-                return Prefix(bytes(buffer[:received]), self._pin.size, self._pin.validator)
+            return Prefix(bytes(buffer[:received]), self._pin.size, self._pin.validator)
         self.assume_version(size, etag, last_modified)
         return None
 
