@@ -373,20 +373,33 @@ def _small_record(archive: Archive, held: HeldBytes, member: Member, location: s
     return header[start : start + member.size]
 
 
+def _version_record(
+    archive: Archive, held: HeldBytes, member: Member, location: str, *, written: int
+) -> bytes:
+    """The bytes of ``member``, a record that names the file's version (torch.save writes
+    ``written`` bytes), stored and at most :data:`MAX_VERSION_BYTES` long.
+
+    Raises:
+        NeedBytes: its record is not held.
+        HeaderError: INVALID_ZIP when it is compressed or longer.
+    """
+    member = archive.stored(member.name, location=location)
+    if member.size > MAX_VERSION_BYTES:
+        raise _invalid(
+            f"{member.name} has {member.size} bytes, more than a version record needs "
+            f"({MAX_VERSION_BYTES}; torch.save writes {written})",
+            location,
+        )
+    return _small_record(archive, held, member, location)
+
+
 def _check_serialization_id(archive: Archive, held: HeldBytes, location: str) -> None:
     """``<root>/.data/serialization_id``, where there is one, is UTF-8 text, which torch.load
     requires (it decodes it); it lies with the version record, before the directory."""
     member = archive.members.get(f"{archive.root}/.data/serialization_id")
     if member is None:
         return
-    member = archive.stored(member.name, location=location)
-    if member.size > MAX_VERSION_BYTES:
-        raise _invalid(
-            f"{member.name} has {member.size} bytes, more than a version record needs "
-            f"({MAX_VERSION_BYTES}; torch.save writes 40)",
-            location,
-        )
-    text = _small_record(archive, held, member, location)
+    text = _version_record(archive, held, member, location, written=40)
     try:
         text.decode("utf-8")
     except UnicodeDecodeError:
@@ -406,14 +419,7 @@ def _check_version(archive: Archive, held: HeldBytes, location: str) -> None:
     member = archive.members.get(f"{root}/.data/version") or archive.members.get(f"{root}/version")
     if member is None:
         raise _invalid(f"the archive has no version record ({root}/version)", location)
-    member = archive.stored(member.name, location=location)
-    if member.size > MAX_VERSION_BYTES:
-        raise _invalid(
-            f"{member.name} has {member.size} bytes, more than a version record needs "
-            f"({MAX_VERSION_BYTES}; torch.save writes 2)",
-            location,
-        )
-    text = _small_record(archive, held, member, location)
+    text = _version_record(archive, held, member, location, written=2)
     found = _VERSION.match(text)
     digits = found.group(1).lstrip(b"0") if found else b""
     if not 1 <= len(digits) <= 2 or not 1 <= int(digits) <= MAX_FILE_FORMAT_VERSION:
