@@ -84,13 +84,9 @@ def _corrupt(store: CacheStore, key: str) -> None:
     path.write_bytes(bytes(data))
 
 
-def test_a_good_entry_written_after_a_corrupt_one_was_read_is_not_dropped(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # Another process replaces the corrupt entry (an atomic rename) after this one has read
-    # it and before it drops it: only the file that was read may go.
-    store, writer = CacheStore(tmp_path), CacheStore(tmp_path)
-    _corrupt(store, "k")
+def _good_entry_lands_after_decoding(monkeypatch: pytest.MonkeyPatch, writer: CacheStore) -> None:
+    """Another process writes a good entry "k" (an atomic rename) right after this one has
+    decoded what it read of "k"."""
     real = store_module.decode
 
     def decode_then_race(data: bytes, key: str | None) -> Entry | None:
@@ -98,6 +94,16 @@ def test_a_good_entry_written_after_a_corrupt_one_was_read_is_not_dropped(
         return real(data, key)
 
     monkeypatch.setattr(store_module, "decode", decode_then_race)
+
+
+def test_a_good_entry_written_after_a_corrupt_one_was_read_is_not_dropped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Another process replaces the corrupt entry (an atomic rename) after this one has read
+    # it and before it drops it: only the file that was read may go.
+    store, writer = CacheStore(tmp_path), CacheStore(tmp_path)
+    _corrupt(store, "k")
+    _good_entry_lands_after_decoding(monkeypatch, writer)
     assert store.get("k") is None  # what it read was corrupt
     monkeypatch.undo()
     entry = store.get("k")
@@ -138,13 +144,7 @@ def test_prune_drops_a_corrupt_entry_but_not_a_good_one_written_in_its_place(
 ) -> None:
     store, writer = CacheStore(tmp_path), CacheStore(tmp_path)
     _corrupt(store, "k")
-    real = store_module.decode
-
-    def decode_then_race(data: bytes, key: str | None) -> Entry | None:
-        writer.put("k", {"kind": "file", "n": "good"}, b"good payload")
-        return real(data, key)
-
-    monkeypatch.setattr(store_module, "decode", decode_then_race)
+    _good_entry_lands_after_decoding(monkeypatch, writer)
     assert store.prune() == (0, 0)
     monkeypatch.undo()
     entry = store.get("k")

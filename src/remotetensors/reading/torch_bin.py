@@ -213,7 +213,9 @@ class AsyncTorchFile(AsyncTensorFile):
         if blocking is None:
             return False
         self._check_open()
-        places = self._unchecked(target.range for target in self._targets(pieces))
+        places = []
+        if len(self._checked) < len(self._storages):  # else nothing left to confirm
+            places = self._unchecked(target.range for target in self._targets(pieces))
         if places:
             headers, check = self._header_reads(places)
             fetch_into_blocking(
