@@ -8,6 +8,7 @@ import pytest
 
 from remotetensors.sources.hub import api as hub_api
 from tests.certificates import ThrowawayCA, throwaway_ca
+from tests.emulators import Azurite, FakeGcs, start
 from tests.hub_standin import HubStandIn
 from tests.rawservers import RawServer, Reply, Request
 from tests.servers import FaultyServer, Log, static_server
@@ -46,6 +47,18 @@ def moto_endpoint() -> Iterator[str]:
     server.stop()
 
 
+@pytest.fixture(scope="session")
+def gcs_emulator() -> Iterator[FakeGcs]:
+    """fake-gcs-server on a free loopback port (skips where it cannot start: tests/emulators)."""
+    yield from start(FakeGcs)
+
+
+@pytest.fixture(scope="session")
+def azurite() -> Iterator[Azurite]:
+    """Azurite's blob service on a free loopback port (skips where it cannot start)."""
+    yield from start(Azurite)
+
+
 @pytest.fixture
 def s3_env(moto_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> str:
     """The standard AWS variables pointing at moto; returns the endpoint."""
@@ -57,11 +70,19 @@ def s3_env(moto_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> str:
 
 
 @pytest.fixture
-def hub() -> Iterator[HubStandIn]:
-    server = HubStandIn()
+def hub_shape(request: pytest.FixtureRequest) -> str:
+    """The hub's shape the stand-in speaks: ``"2026"`` unless a case asks for another with
+    ``@pytest.mark.parametrize("hub_shape", ["2025"], indirect=True)``."""
+    return str(getattr(request, "param", "2026"))
+
+
+@pytest.fixture
+def hub(hub_shape: str) -> Iterator[HubStandIn]:
+    server = HubStandIn(hub_shape)
     # What this process learnt of an earlier stand-in on the same port (the OS hands freed
     # ports out again) is not true of this one: whether it has the one-call metadata route.
     hub_api._support.pop(server.endpoint, None)
+    hub_api._names_commits.pop(server.endpoint, None)
     try:
         yield server
     finally:

@@ -13,8 +13,12 @@ allows (a changed file raises :class:`RemoteFileChangedError`, never mixes versi
   fails with 412; every answer's size and ETag are compared too.
 - fsspec's HTTP filesystem, where the server gives a strong ETag: ``info`` (a HEAD) gives the
   size and ETag, and every read sends ``If-Match``, so a changed file fails with 412.
-- Every other filesystem (memory, local files through fsspec, GCS, Azure, SFTP, HTTP without
-  a strong ETag, ...): ``info`` gives the size and whatever the backend reports that changes
+- GCS (gcsfs) and Azure Blob (adlfs) get one request per range and no metadata request: the
+  first ranged GET reports the size and the version (a generation, an ETag), and every later
+  one asks for that version only (a media GET at ``generation=``, a download with
+  ``If-Match``), so a rewrite is refused by the read itself (:mod:`.gcs`, :mod:`.azure`).
+- Every other filesystem (memory, local files through fsspec, SFTP, HTTP without a strong
+  ETag, ...): ``info`` gives the size and whatever the backend reports that changes
   when the file is rewritten (:data:`VERSION_FIELDS`: an ETag, a version id, a GCS generation,
   a content hash, a modification time, an inode; else :data:`FALLBACK_VERSION_FIELDS`, the
   creation time of fsspec's memory filesystem, which makes a new file on every write). After
@@ -65,6 +69,7 @@ from .base import ByteSource, Prefix, Suffix
 from .cache.offline import offline, offline_error
 from .http.answer import Failed, follow
 from .http.policy import carried, origin
+from .pinned import PinnedObject, StoredObject
 from .recipe import SourceRecipe
 
 if TYPE_CHECKING:
@@ -153,10 +158,11 @@ class FsspecSource(ByteSource):
     """One file on an fsspec filesystem.
 
     Reads are tied to the version opened as firmly as the backend allows (the module's
-    docstring says how, per backend): S3 and HTTP with a strong ETag make every read
-    conditional; every other backend is asked for the file's ``info`` again after each read,
-    which detects a rewrite only as finely as the fields it reports (:class:`FileVersion`): a
-    backend that reports nothing but the size sees only a change of size.
+    docstring says how, per backend): S3, GCS, Azure Blob and HTTP with a strong ETag make
+    every read conditional; every other backend is asked for the file's ``info`` again after
+    each read, which detects a rewrite only as finely as the fields it reports
+    (:class:`FileVersion`): a backend that reports nothing but the size sees only a change of
+    size.
 
     Args:
         url: an fsspec URL (``s3://bucket/key``, ``memory://x``, ``simplecache::s3://...``).
@@ -185,6 +191,8 @@ class FsspecSource(ByteSource):
         self._size = 0
         self._validator: str | None = None
         self._is_s3 = type(fs).__name__ == "S3FileSystem"
+        # GCS and Azure Blob: every read asks for the version opened (sources/gcs.py, azure.py).
+        self._pinned = _pinned_object(fs, path, self._url)
         self._version: FileVersion | None = None  # other backends: what info said at open
         # cat_file's keyword arguments that make a read fail unless it is of the version
         # opened (If-Match over HTTP); None where the version is checked after each read.
@@ -199,6 +207,11 @@ class FsspecSource(ByteSource):
             data = await self._s3_get(0, length, first=True)
             assert data is not None  # asked without a condition
             return Prefix(data, self._size, self._validator)
+        if self._pinned is not None:
+            pinned = self._pinned
+            answer = await self._pinned_call(lambda: pinned.first(length))
+            self._size, self._validator = answer.size, answer.version
+            return Prefix(answer.data, answer.size, answer.version)
         await self._learn_version()
         end = min(length, self._size)
         data = await self._cat(0, end) if end else b""
@@ -209,6 +222,11 @@ class FsspecSource(ByteSource):
             data = await self._s3_get(0, length, first=True, suffix=True)
             assert data is not None  # asked without a condition
             return Suffix(data, self._size, self._validator)
+        if self._pinned is not None:
+            pinned = self._pinned
+            answer = await self._pinned_call(lambda: pinned.first(length, suffix=True))
+            self._size, self._validator = answer.size, answer.version
+            return Suffix(answer.data, answer.size, answer.version)
         await self._learn_version()
         start = max(0, self._size - length)
         data = await self._cat(start, self._size) if self._size else b""
@@ -251,6 +269,10 @@ class FsspecSource(ByteSource):
         if self._is_s3:
             data = await self._s3_get(start, end, first=False)
             assert data is not None  # asked without a condition
+            self._check_length(data, start, end)
+        elif self._pinned is not None:
+            pinned = self._pinned
+            data = await self._pinned_call(lambda: pinned.read(start, end))
             self._check_length(data, start, end)
         else:
             data = await self._cat(start, end)
@@ -370,6 +392,36 @@ class FsspecSource(ByteSource):
         except Exception as exc:
             raise self._translate(exc) from exc
 
+    async def _pinned_call(self, call: Callable[[], Coroutine[Any, Any, T]]) -> T:
+        """``call()``, a read of a GCS object or Azure blob, on the filesystem's loop, its
+        errors translated (the version checks' own pass through).
+
+        Raises:
+            OfflineError: offline mode is on (nothing is asked of the service).
+        """
+        self._check_online()
+        try:
+            return await self._on_own_loop(call())
+        except Exception as exc:
+            raise self._translate(exc) from exc
+
+    def stored_object(self) -> StoredObject | None:
+        """Where a GCS object or Azure blob lives (a persistent cache keys it by this), None
+        on any other filesystem."""
+        return None if self._pinned is None else self._pinned.stored
+
+    async def current_version(self) -> tuple[int, str]:
+        """``(size, version)`` of a GCS object or Azure blob as the service has it now: one
+        metadata request, no bytes (a persistent cache revalidates with it).
+
+        Raises:
+            ValueError: another filesystem; NotFoundError, and what :meth:`_translate` gives.
+        """
+        pinned = self._pinned
+        if pinned is None:
+            raise ValueError(f"{self._url}: only a GCS object or Azure blob has a version here")
+        return await self._pinned_call(pinned.current)
+
     async def aclose(self) -> None:
         """Close the S3 session of a filesystem this source made for itself.
 
@@ -443,9 +495,13 @@ class FsspecSource(ByteSource):
 
     def assume_version(self, size: int, etag: str | None) -> None:
         """Take the S3 object's version of ``size`` bytes with ``etag`` as opened, without a
-        request (a persistent cache holds its header): later reads send ``IfMatch`` with it."""
+        request (a persistent cache holds its header): later reads send ``IfMatch`` with it.
+        Likewise a GCS object's generation or an Azure blob's ETag (``etag``): later reads ask
+        for that version."""
         self._size = size
         self._validator = etag
+        if self._pinned is not None and etag is not None:
+            self._pinned.assume(size, etag)
 
     async def _s3_get(
         self,
@@ -539,12 +595,15 @@ class FsspecSource(ByteSource):
             )
         # The backend's own words may quote the URL or path with its query: redacted too.
         said = redact_text(str(exc), secrets=self._secrets)
-        if isinstance(exc, FileNotFoundError):
+        # azure-core's errors carry a status_code, gcsfs's a code; neither is an OSError.
+        status = getattr(exc, "status_code", None) or getattr(exc, "code", None)
+        if isinstance(exc, FileNotFoundError) or status == 404:
             return NotFoundError(f"{self._url}: not found ({said})")
-        if isinstance(exc, PermissionError):
+        if isinstance(exc, PermissionError) or status in (401, 403):
             return PermissionDeniedError(
                 f"{self._url}: access denied ({said}); check the credentials in storage_options "
-                "or the AWS_* environment variables"
+                "or the backend's environment variables (AWS_*, GOOGLE_APPLICATION_CREDENTIALS, "
+                "AZURE_STORAGE_*)"
             )
         if isinstance(exc, (BadResponseError, RemoteFileChangedError)):
             return exc
@@ -582,6 +641,22 @@ def _http_guard(named: str, shown: str) -> Middleware:
         return await handler(request)
 
     return guard
+
+
+def _pinned_object(fs: fsspec.AbstractFileSystem, path: str, shown: str) -> PinnedObject | None:
+    """The object that reads a GCS object or Azure blob at its version, or None: another
+    filesystem, or a path that names a bucket or container (opening it fails as a folder's)."""
+    from .azure import AzureBlob, is_azure
+    from .gcs import GcsObject, is_gcs
+
+    try:
+        if is_gcs(fs):
+            return GcsObject(fs, path, shown)
+        if is_azure(fs):
+            return AzureBlob(fs, path, shown)
+    except ValueError:
+        return None
+    return None
 
 
 @functools.cache
