@@ -17,8 +17,9 @@ grimp = pytest.importorskip("grimp", reason="grimp is in the test extra")
 PACKAGE = "remotetensors"
 SOURCE = Path(__file__).resolve().parents[2] / "src" / PACKAGE
 
-# Faces besides the package's own: the drop-in for safetensors.torch.
-FACES = {"torch"}
+# Faces besides the package's own: the drop-in for safetensors.torch, and the storage reader of
+# torch.distributed.checkpoint.
+FACES = {"dcp", "torch"}
 # The values: they import only each other (see ARCHITECTURE.md).
 VALUES = {"dtypes", "errors", "hooks", "index", "options", "ranges", "redact", "status"}
 PACKAGES = {
