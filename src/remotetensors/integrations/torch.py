@@ -25,6 +25,7 @@ from ..errors import (
 from ..models.model import load_model
 from ..models.sync import run_sync
 from ..options import ReadOptions
+from .torch_exchange import all_ranks_read, placed, process_rank, sharded_device
 from .torch_plan import LISTED_NAMES, module_slots, plan_load, restore_ties, tied_groups
 from .torch_stream import DEFAULT_MAX_IN_FLIGHT_BYTES, Budget, Filling, Streamer
 
@@ -52,8 +53,14 @@ class LoadReport:
         converted: loaded names whose dtype differs from the file's (converted on arrival).
         left_on_meta: names still on the meta device afterwards: missing ones, and the
             module's own non-persistent buffers that were on meta and not in the checkpoint.
-        bytes_read: bytes received for this load: headers and tensor data, all files.
+        bytes_read: bytes received for this load: headers and tensor data, all files (in a
+            distributed job: by this rank).
         seconds: wall time of the whole call, opening included.
+        rank: this process's rank in the default ``torch.distributed`` process group; None
+            outside one.
+        sharded: loaded names that are DTensors, filled with this rank's shard.
+        tensor_bytes: bytes of tensor data this rank asked for: whole tensors, and for
+            DTensors the box it read (its shard's size, or the rows it exchanged for it).
     """
 
     location: str
@@ -64,6 +71,9 @@ class LoadReport:
     left_on_meta: tuple[str, ...]
     bytes_read: int
     seconds: float
+    rank: int | None = None
+    sharded: tuple[str, ...] = ()
+    tensor_bytes: int = 0
 
 
 def load_into(
@@ -215,7 +225,49 @@ async def load_checkpoint(
     if dtype is not None and not isinstance(dtype, torch.dtype):
         raise TypeError(f"dtype must be a torch.dtype, got {dtype!r}")
     restore_ties(module)
-    model = await load_model(location, **open_kwargs)
+    # A module of DTensors loads with the other ranks: every rank says whether it read its
+    # part before any rows are exchanged, also when it failed before reading (see
+    # .torch_exchange), so that no rank waits for one that has given up.
+    mesh_device = sharded_device(module)
+    try:
+        model = await load_model(location, **open_kwargs)
+    except Exception:
+        if mesh_device is not None:
+            all_ranks_read(False, mesh_device)
+        raise
+    try:
+        return await _load(
+            module, model, budget, began, strict, prefix, dtype, where, meta_device, mesh_device
+        )
+    finally:
+        await model.aclose()
+
+
+async def _load(
+    module: torch.nn.Module,
+    model: AsyncModel,
+    budget: Budget,
+    began: float,
+    strict: bool,
+    prefix: str,
+    dtype: torch.dtype | None,
+    where: torch.device | None,
+    meta_device: str | int | torch.device | None,
+    mesh_device: torch.device | None,
+) -> LoadReport:
+    """Plan, read and install, once the checkpoint is open (see :func:`load_checkpoint`)."""
+    loaded: set[str] = set()
+    exchanged: set[int] = set()  # fillings whose rows the ranks exchange once all are read
+
+    def done(filling: Filling) -> None:
+        sharding = filling.read.sharding
+        if sharding is not None and sharding.exchanged:
+            exchanged.add(id(filling))
+            return
+        _install(filling)
+        loaded.update(slot.name for slot in filling.read.slots)
+
+    plan: LoadPlan | None = None
     try:
         plan = plan_load(
             module,
@@ -227,29 +279,40 @@ async def load_checkpoint(
             device=where,
             meta_device=torch_device(meta_device),
         )
-        loaded: set[str] = set()
-
-        def done(filling: Filling) -> None:
+        fillings = [Filling(read) for read in plan.reads]
+        await Streamer(model, budget, done).run(fillings)
+    except Exception as exc:
+        if mesh_device is not None:
+            all_ranks_read(False, mesh_device)  # so the other ranks stop too
+        if plan is None or not isinstance(exc, (RemoteTensorsError, OSError)):
+            raise
+        raise _incomplete(_report(model, plan, module, loaded, began), plan, exc) from exc
+    if mesh_device is not None and not all_ranks_read(True, mesh_device):
+        cause = RemoteTensorsError("another rank of the process group failed to load its part")
+        raise _incomplete(_report(model, plan, module, loaded, began), plan, cause)
+    for filling in fillings:  # in plan order, the same on every rank
+        if id(filling) in exchanged:
             _install(filling)
             loaded.update(slot.name for slot in filling.read.slots)
-
-        fillings = [Filling(read) for read in plan.reads]
-        try:
-            await Streamer(model, budget, done).run(fillings)
-        except (RemoteTensorsError, OSError) as exc:
-            report = _report(model, plan, module, loaded, began)
-            raise _incomplete(report, plan, exc) from exc
-        if where is not None:
-            _move_the_rest(module, where, loaded)
-        return _report(model, plan, module, loaded, began)
-    finally:
-        await model.aclose()
+    if where is not None:
+        _move_the_rest(module, where, loaded)
+    return _report(model, plan, module, loaded, began)
 
 
 def _install(filling: Filling) -> None:
     """Put a finished tensor in the module; one filled in place needs nothing, unless it was
-    filled through a contiguous copy."""
+    filled through a contiguous copy. A DTensor's box becomes a DTensor of the module's
+    placements (its rows exchanged between the ranks when the box is not the shard)."""
     read = filling.read
+    if read.sharding is not None:
+        if read.landing() is None:
+            tensor = placed(read, filling.tensor)
+            if read.in_place:
+                target: Any = read.target  # a DTensor
+                target.to_local().detach().copy_(tensor.to_local())
+            else:
+                _put(read.slots, tensor, requires_grad=read.target.requires_grad)
+        return
     if not read.in_place:
         _put(read.slots, filling.tensor, requires_grad=read.target.requires_grad)
     elif not read.target.is_contiguous():
@@ -285,6 +348,7 @@ def _report(
     model: AsyncModel, plan: LoadPlan, module: torch.nn.Module, loaded: set[str], began: float
 ) -> LoadReport:
     meta = {slot.name for slot in module_slots(module) if slot.tensor.is_meta}
+    done = [read for read in plan.reads if read.slots[0].name in loaded]
     return LoadReport(
         location=model.location,
         loaded=tuple(name for name in plan.names if name in loaded),
@@ -294,6 +358,11 @@ def _report(
         left_on_meta=tuple(name for name in plan.names if name in meta),
         bytes_read=model.traffic.bytes,
         seconds=time.perf_counter() - began,
+        rank=process_rank(),
+        sharded=tuple(
+            slot.name for read in done if read.sharding is not None for slot in read.slots
+        ),
+        tensor_bytes=sum(read.info.nbytes for read in done),
     )
 
 

@@ -11,11 +11,13 @@ missing nor unexpected.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from ..errors import CheckpointMismatchError, UnsupportedDtypeError
+from ..errors import CheckpointMismatchError, FrameworkError, UnsupportedDtypeError
 from ..reading.frameworks import torch_dtype
+from .torch_shards import Sharding, box_bytes, sharding_of
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
@@ -56,13 +58,16 @@ class Read:
 
     Attributes:
         checkpoint_name: the tensor's name in the checkpoint.
-        info: its header entry (file, byte range, dtype, shape).
+        info: its header entry (file, byte range, dtype, shape); for a DTensor, the entry of
+            the box this rank reads (its shape, and its bytes in the file).
         slots: the module names it fills: one, or every name of a tied group.
         file_dtype: the torch dtype that holds the file's bytes as they are.
         dtype: the dtype the tensor ends in (converted from ``file_dtype`` when they differ).
         device: where the tensor ends.
         in_place: filled in the module's own tensor (a real one of that dtype on that device);
             else a new tensor replaces it, as ``load_state_dict(..., assign=True)`` does.
+        sharding: how this rank reads its part of a DTensor (None for a plain tensor).
+        box_offset: where the bytes read start in the tensor's stored bytes (a DTensor's box).
     """
 
     checkpoint_name: str
@@ -72,11 +77,26 @@ class Read:
     dtype: torch.dtype
     device: torch.device
     in_place: bool
+    sharding: Sharding | None = None
+    box_offset: int = 0
 
     @property
     def target(self) -> torch.Tensor:
         """The module's tensor that this read fills or replaces."""
         return self.slots[0].tensor
+
+    def landing(self) -> torch.Tensor | None:
+        """The module's own tensor that the bytes land in, when it is filled in place and is
+        contiguous: a plain tensor, or a DTensor's local shard when it is what this rank reads
+        (no rows exchanged); else None (the bytes go to a new tensor)."""
+        if not self.in_place:
+            return None
+        tensor: Any = self.target  # a DTensor when sharded
+        if self.sharding is not None:
+            if self.sharding.exchanged:
+                return None
+            tensor = tensor.to_local()
+        return tensor.detach() if tensor.is_contiguous() else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,6 +252,9 @@ def _read(
         raise UnsupportedDtypeError(f"{location}: tensor {name}: {exc}") from None
     target = group[0].tensor
     wanted = dtype if dtype is not None and target.is_floating_point() else target.dtype
+    sharding = sharding_of(target, info, f"{location}: tensor {name}")
+    if sharding is not None:
+        return _shard_read(name, info, group, file_dtype, wanted, sharding, device, location)
     if device is not None:
         where = device
     elif target.is_meta:
@@ -240,6 +263,44 @@ def _read(
         where = target.device
     in_place = not target.is_meta and target.device == where and target.dtype == wanted
     return Read(name, info, group, file_dtype, wanted, where, in_place)
+
+
+def _shard_read(
+    name: str,
+    info: TensorInfo,
+    group: tuple[Slot, ...],
+    file_dtype: torch.dtype,
+    wanted: torch.dtype,
+    sharding: Sharding,
+    device: torch.device | None,
+    location: str,
+) -> Read:
+    """A DTensor's read: this rank's box of the tensor, on the mesh's device.
+
+    Raises:
+        FrameworkError: ``device`` is not the mesh's kind of device.
+    """
+    import torch
+
+    kind = sharding.mesh.device_type
+    where = torch.device(kind)
+    if kind == "cuda":  # the device this rank's process uses, as the mesh's collectives do
+        where = torch.device(kind, torch.cuda.current_device())
+    if device is not None and device.type != where.type:
+        raise FrameworkError(
+            f"{location}: tensor {name} is a DTensor on a {kind} mesh; device={device} "
+            "cannot move it (leave device unset: shards go to the mesh's device)"
+        )
+    target: Any = group[0].tensor  # a DTensor
+    local = target.to_local()
+    in_place = not local.is_meta and local.device == where and target.dtype == wanted
+    offset = box_bytes(info, sharding.offsets, sharding.box) if info.row_major else 0
+    box = info
+    if sharding.box != info.shape:
+        start = info.start + offset
+        nbytes = info.dtype_info.nbytes(math.prod(sharding.box))
+        box = replace(info, shape=sharding.box, start=start, end=start + nbytes)
+    return Read(name, box, group, file_dtype, wanted, where, in_place, sharding, offset)
 
 
 def _mismatch(

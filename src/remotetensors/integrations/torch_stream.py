@@ -111,9 +111,9 @@ class Filling:
             import torch
 
             read = self.read
-            target = read.target
-            if read.in_place and target.is_contiguous():
-                self._tensor = target.detach()
+            landing = read.landing()
+            if landing is not None:
+                self._tensor = landing
             else:
                 self._tensor = torch.empty(read.info.shape, dtype=read.dtype, device=read.device)
             direct = self._tensor.device.type == "cpu" and self._tensor.dtype == read.file_dtype
@@ -250,8 +250,12 @@ class Streamer:
                 buffer = direct[piece.offset : piece.offset + piece.length]
             else:
                 buffer = lane.buffer(at, piece.length)
+            read = filling.read
             return TensorPiece(
-                filling.read.checkpoint_name, piece.offset, buffer, filling.strides is not None
+                read.checkpoint_name,
+                read.box_offset + piece.offset,
+                buffer,
+                filling.strides is not None,
             )
 
         def goes_alone(piece: Piece) -> bool:

@@ -1,0 +1,180 @@
+"""``load_into`` filling DTensors: each rank of a real ``torch.distributed`` job (gloo, spawned
+processes on loopback) reads only its part of each tensor, from HTTP, the hub and S3.
+
+The oracle for each rank's shard is DTensor's own chunking (``compute_local_shape_and_global_
+offset``) applied to the reference reader's tensor (``safetensors.safe_open`` of the same
+file); bytes are counted at the servers, one static server per rank so that each rank's bytes
+are its own.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.distributed import run_job
+from tests.servers import Log, static_server
+from tests.torch_checkpoints import accelerate, torch, transformers
+
+import remotetensors as rt
+
+KiB = 1024
+HEADER_SLACK = 1.1  # the goal: bytes per rank <= 1.1 x (its tensors) + the headers
+
+LLAMA = {
+    "vocab_size": 510,  # uneven over 4 ranks: chunks of 128, 128, 128, 126
+    "hidden_size": 128,
+    "intermediate_size": 256,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 4,  # a head or more per rank, up to 4 ranks
+    "max_position_embeddings": 64,
+    "tie_word_embeddings": False,
+}
+
+
+@pytest.fixture(scope="module")
+def llama(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A Llama-shaped model with seeded random weights, written by transformers'
+    ``save_pretrained`` in three shards."""
+    folder = tmp_path_factory.mktemp("llama")
+    torch.manual_seed(5)
+    model = transformers.LlamaForCausalLM(transformers.LlamaConfig(**LLAMA)).eval()
+    model.save_pretrained(folder, max_shard_size="700KB")
+    assert len(list(folder.glob("*.safetensors"))) == 3
+    return folder
+
+
+@pytest.fixture
+def per_rank(llama: Path) -> Iterator[list[tuple[str, Log]]]:
+    """Four static servers of the model's folder: rank ``r`` reads from server ``r``."""
+    with ExitStack() as stack:
+        yield [stack.enter_context(static_server(llama)) for _ in range(4)]
+
+
+def _tp_plan() -> dict[str, Any]:
+    """Llama's own tensor-parallel plan (its config's, and the LM head's) in torch's styles."""
+    from torch.distributed.tensor import Replicate
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
+
+    styles = {
+        "colwise": ColwiseParallel,
+        "rowwise": RowwiseParallel,
+        "colwise_gather_output": lambda: ColwiseParallel(output_layouts=Replicate()),
+    }
+    config = transformers.LlamaConfig(**LLAMA)
+    plan = {f"model.{k}": styles[v]() for k, v in config.base_model_tp_plan.items()}
+    plan.update({k: styles[v]() for k, v in transformers.LlamaForCausalLM._tp_plan.items()})
+    return plan
+
+
+def _meta_llama() -> Any:
+    """A Llama with its parameters on the meta device and its buffers (rotary frequencies)
+    real, as ``accelerate.init_empty_weights()`` builds it."""
+    with accelerate.init_empty_weights():
+        return transformers.LlamaForCausalLM(transformers.LlamaConfig(**LLAMA)).eval()
+
+
+def _check_shards(module: Any, reference: Path) -> tuple[int, list[str]]:
+    """Every tensor of ``module`` against the reference reader: a DTensor's local shard equals
+    DTensor's own chunk of the reference tensor; a plain one equals it whole. Returns the bytes
+    this rank holds and the names that differ."""
+    from safetensors import safe_open
+    from torch.distributed.tensor import DTensor
+    from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
+
+    files = {}
+    for path in reference.glob("*.safetensors"):
+        handle = safe_open(path, "pt")
+        files.update(dict.fromkeys(handle.keys(), handle))
+    held, wrong = 0, []
+    for name, tensor in module.state_dict().items():
+        if name not in files:
+            continue
+        full = files[name].get_tensor(name)
+        if isinstance(tensor, DTensor):
+            shape, offsets = compute_local_shape_and_global_offset(
+                full.shape, tensor.device_mesh, tensor.placements
+            )
+            index = tuple(slice(o, o + n) for o, n in zip(offsets, shape, strict=True))
+            local = tensor.to_local()
+            if local.is_meta or not torch.equal(local, full[index]):
+                wrong.append(name)
+        else:
+            local = tensor
+            if local.is_meta or not torch.equal(local, full):
+                wrong.append(name)
+        held += local.numel() * local.element_size()
+    return held, wrong
+
+
+def _tensor_parallel(rank: int, world: int, job: dict[str, Any]) -> dict[str, Any]:
+    """One rank: a meta Llama, its TP plan applied, filled from this rank's URL."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.parallel import parallelize_module
+
+    mesh = init_device_mesh("cpu", (world,))
+    module = parallelize_module(_meta_llama(), mesh, _tp_plan())
+    report = rt.load_into(module, job["urls"][rank], max_in_flight_bytes=256 * KiB)
+    held, wrong = _check_shards(module, Path(job["folder"]))
+    tokens = torch.arange(12).reshape(1, 12) % LLAMA["vocab_size"]
+    with torch.no_grad():
+        logits = module(tokens).logits
+    return {
+        "held": held,
+        "wrong": wrong,
+        "logits": logits.full_tensor() if hasattr(logits, "full_tensor") else logits,
+        "rank": report.rank,
+        "sharded": len(report.sharded),
+        "tensor_bytes": report.tensor_bytes,
+        "left_on_meta": report.left_on_meta,
+    }
+
+
+def _header_bytes(url: str, log: Log) -> int:
+    """Bytes the header phase of opening ``url`` costs (the index and every shard's header)."""
+    log.clear()
+    with rt.open_model(url, options=rt.ReadOptions(read_configs=False, cache=False)):
+        pass
+    cost = log.total_bytes
+    log.clear()
+    return cost
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_each_rank_reads_only_its_shards_and_the_model_runs(
+    world: int, llama: Path, per_rank: list[tuple[str, Log]]
+) -> None:
+    headers = _header_bytes(per_rank[0][0], per_rank[0][1])
+    urls = [url for url, _ in per_rank[:world]]
+    results = run_job(world, _tensor_parallel, {"urls": urls, "folder": str(llama)})
+
+    reference = transformers.LlamaForCausalLM.from_pretrained(llama).eval()
+    tokens = torch.arange(12).reshape(1, 12) % LLAMA["vocab_size"]
+    with torch.no_grad():
+        expected = reference(tokens).logits
+    total_tensors = sum(p.numel() * p.element_size() for p in reference.state_dict().values())
+    sharded_bytes = replicated = 0
+    for rank, result in enumerate(results):
+        assert result["wrong"] == [], f"rank {rank}"
+        assert result["rank"] == rank
+        assert result["left_on_meta"] == ()
+        assert result["sharded"] == 14 + 1  # 7 linears a layer, and the LM head
+        assert torch.allclose(result["logits"], expected, rtol=0, atol=1e-5)
+        sent = per_rank[rank][1].total_bytes
+        assert sent <= HEADER_SLACK * result["held"] + headers, (rank, sent, result["held"])
+    # Together: every sharded byte once, the replicated ones (embedding, norms) on each rank.
+    for name, tensor in reference.state_dict().items():
+        nbytes = tensor.numel() * tensor.element_size()
+        if "norm" in name or "embed_tokens" in name:
+            replicated += nbytes
+        else:
+            sharded_bytes += nbytes
+    assert sharded_bytes + replicated == total_tensors
+    together = sum(log.total_bytes for _, log in per_rank[:world])
+    assert together <= 1.05 * (sharded_bytes + replicated * world) + world * headers
