@@ -28,7 +28,7 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import pytest
 
@@ -193,9 +193,10 @@ class FakeGcs(Emulator):
     def is_data(self, entry: Logged) -> bool:
         return entry.target.startswith("/download/") or "alt=media" in entry.target
 
-    def make_bucket(self, name: str) -> str:
-        """Create bucket ``name``; returns it."""
-        body = json.dumps({"name": name}).encode()
+    def make_bucket(self, name: str, *, versioning: bool = False) -> str:
+        """Create bucket ``name`` (with object versioning: an overwritten generation stays
+        readable); returns it."""
+        body = json.dumps({"name": name, "versioning": {"enabled": versioning}}).encode()
         self._send("POST", "/storage/v1/b", body, "application/json")
         return name
 
@@ -228,7 +229,7 @@ class FakeGcs(Emulator):
 
 
 class Azurite(Emulator):
-    """Azurite's blob service, in memory (see the module)."""
+    """Azurite's blob service, its data in a temporary folder (see the module)."""
 
     name = "Azurite"
 
@@ -237,7 +238,7 @@ class Azurite(Emulator):
         return [
             script,
             *("--blobHost", "127.0.0.1", "--blobPort", str(self.port)),
-            *("--location", str(self.folder), "--inMemoryPersistence"),
+            *("--location", str(self.folder)),
             *("--skipApiVersionCheck", "--loose", "--disableTelemetry"),
         ]
 
@@ -263,11 +264,28 @@ class Azurite(Emulator):
         """The ``storage_options`` that reach this emulator."""
         return {"connection_string": self.connection_string}
 
-    def filesystem(self) -> object:
-        """A new adlfs filesystem on this emulator, not shared with others."""
-        import adlfs
+    def make_container(self, name: str) -> str:
+        """Create container ``name`` (3-63 characters); returns it."""
+        with self._service() as service:
+            service.create_container(name)
+        return name
 
-        return adlfs.AzureBlobFileSystem(**self.options(), skip_instance_cache=True)
+    def put(self, container: str, key: str, data: bytes) -> str:
+        """Write ``data`` as blob ``key`` (a new ETag); returns its ETag."""
+        with self._service() as service:
+            answer = service.get_blob_client(container, key).upload_blob(data, overwrite=True)
+        return str(answer["etag"])
+
+    def delete(self, container: str, key: str) -> None:
+        """Delete blob ``key``."""
+        with self._service() as service:
+            service.get_blob_client(container, key).delete_blob()
+
+    def _service(self) -> Any:
+        """azure-storage-blob's synchronous client (its own HTTP stack, not aiohttp's)."""
+        from azure.storage.blob import BlobServiceClient
+
+        return BlobServiceClient.from_connection_string(self.connection_string)
 
 
 def _azurite_script() -> str:

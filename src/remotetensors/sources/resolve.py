@@ -163,7 +163,7 @@ class FsspecPlace(Place):
     queries: Mapping[str, str] = field(default_factory=dict)
     """File name -> the query of its URL, as for :class:`HttpPlace`."""
     store: CacheStore | None = None
-    """The persistent cache in front of the files (S3 objects only), or None."""
+    """The persistent cache in front of the files (S3 and GCS objects, Azure blobs), or None."""
 
     def location(self, name: str) -> str:
         return redact_url(self._url(name))
@@ -275,10 +275,16 @@ def split_location(
     stripped = text.rstrip("/")
     head, _, last = stripped.rpartition("/")
     base, name, queries = stripped, None, {}
-    if names_file(last) and not text.endswith("/"):
+    # A version in an fsspec location's fragment (gs://bucket/key#<generation>) is not part of
+    # the file's name either.
+    named, hashed, fragment = last, "", ""
+    if scheme not in ("http", "https"):
+        named, hashed, fragment = last.partition("#")
+    if names_file(named) and not text.endswith("/"):
         # A signed URL's query stays with its file, out of the file's name.
-        name, mark, query = last.partition("?")
-        base, queries = head, ({name: mark + query} if mark else {})
+        name, mark, query = named.partition("?")
+        tail = mark + query + hashed + fragment
+        base, queries = head, ({name: tail} if tail else {})
     if scheme in ("http", "https"):
         return HttpPlace(base, http_options, client, queries=queries, store=_store(cache)), name
     return FsspecPlace(base, storage_options, queries=queries, store=_store(cache)), name
@@ -340,16 +346,21 @@ def open_source(
 def _s3_cached(
     source: ByteSource, traffic: Traffic | None, store: CacheStore | None
 ) -> CountingSource | None:
-    """``source`` (an fsspec location's) with the cache in front, when it is an S3 object and
-    there is a cache."""
+    """``source`` (an fsspec location's) with the cache in front, when it is an S3 object, a
+    GCS object or an Azure blob and there is a cache."""
     if store is None:
         return None
     from .fsspec import FsspecSource
+    from .object_cached import ObjectCachedSource
     from .s3_cached import S3CachedSource
 
-    if not isinstance(source, FsspecSource) or source.s3_object() is None:
+    if not isinstance(source, FsspecSource):
         return None
-    return S3CachedSource(source, traffic, store)
+    if source.s3_object() is not None:
+        return S3CachedSource(source, traffic, store)
+    if source.stored_object() is not None:
+        return ObjectCachedSource(source, traffic, store)
+    return None
 
 
 def _store(cache: bool) -> CacheStore | None:

@@ -18,6 +18,10 @@ version (the backends check that the version read is the one a key names, see be
 - On S3: ``(endpoint, bucket, key, VersionId or ETag, size)``; the object's latest version is
   revalidated as an HTTP file's is (``IfNoneMatch``), and an object named by its VersionId
   cannot change at all.
+- On GCS and Azure Blob: ``(service, endpoint, bucket or container, key, generation or ETag (a
+  version id where the location names one), size)``; the object's latest version is revalidated
+  by one metadata request (no bytes), and an object named by its version cannot change
+  (``sources/object_cached.py``).
 - Local files are not cached: reading them costs less than reading an entry; nor are other
   fsspec filesystems, whose versions are not named firmly enough (see ``sources/fsspec.py``).
 
@@ -38,6 +42,8 @@ __all__ = [
     "hub_onecall",
     "hub_ref",
     "hub_support",
+    "object_latest",
+    "object_version",
     "strong_validator",
 ]
 
@@ -110,3 +116,16 @@ def s3_version(endpoint: str, bucket: str, key: str, version: str, size: int) ->
 def s3_latest(endpoint: str, bucket: str, key: str, version_id: str | None) -> str:
     """The latest version of an S3 object seen (of the VersionId named, if one is)."""
     return _key("s3-latest", endpoint, bucket, key, version_id or "")
+
+
+def object_version(
+    service: str, endpoint: str, container: str, key: str, version: str, size: int
+) -> str:
+    """One version of a GCS object or Azure blob (``service`` ``"gs"`` or ``"az"``): its
+    generation, ETag or version id, and its size."""
+    return _key("object", service, endpoint, container, key, version, str(size))
+
+
+def object_latest(service: str, endpoint: str, container: str, key: str, named: str | None) -> str:
+    """The latest version of a GCS object or Azure blob seen (of the version named, if one is)."""
+    return _key("object-latest", service, endpoint, container, key, named or "")

@@ -1,0 +1,180 @@
+"""What the GCS and Azure tests check alike, against their emulators (tests/emulators.py): a
+real model read tensor by tensor, a slice's bytes, a version named in the location, the cache.
+``test_gcs.py`` and ``test_azure.py`` call these with their emulator."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import itertools
+import json
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import safetensors.numpy
+
+import remotetensors as rt
+from remotetensors.cli import main
+from tests import minilm
+from tests.emulators import Azurite, FakeGcs, Logged
+
+SLACK_BYTES = 64 * 1024
+"""What a read may move beyond the bytes asked for (the first window's look-ahead)."""
+
+_names = itertools.count()
+
+
+@dataclass(frozen=True)
+class Store:
+    """An emulator as the checks use it: its scheme (``gs``, ``az``), a new bucket or container
+    for each check, and its objects written directly."""
+
+    scheme: str
+    emulator: FakeGcs | Azurite
+
+    def new(self, prefix: str) -> str:
+        name = f"{prefix}-{next(_names)}"
+        if isinstance(self.emulator, FakeGcs):
+            return self.emulator.make_bucket(name)
+        return self.emulator.make_container(name)
+
+    def put(self, container: str, key: str, data: bytes) -> str:
+        """Write an object; returns its version (generation or ETag)."""
+        return self.emulator.put(container, key, data)
+
+    def url(self, container: str, key: str = "") -> str:
+        return f"{self.scheme}://{container}/{key}"
+
+    def options(self) -> dict[str, str]:
+        return self.emulator.options()
+
+    def mark(self) -> int:
+        return len(self.emulator.log())
+
+    def since(self, mark: int) -> tuple[list[Logged], list[Logged]]:
+        """``(data reads, metadata requests)`` logged after ``mark``."""
+        return self.emulator.reads(self.emulator.since(mark))
+
+
+@dataclass(frozen=True)
+class ModelReads:
+    """What reading every tensor of all-MiniLM-L6-v2 one by one after the open cost.
+
+    Attributes:
+        tensors: how many tensors were read.
+        metadata: metadata requests logged after the open.
+        data: data requests logged after the open.
+        most_for_one: the most data requests one tensor took.
+        received: bytes received at the client after the open.
+        file_bytes: the file's tensor bytes.
+    """
+
+    tensors: int
+    metadata: int
+    data: int
+    most_for_one: int
+    received: int
+    file_bytes: int
+
+
+def read_the_model_tensor_by_tensor(store: Store) -> ModelReads:
+    """Every tensor of all-MiniLM-L6-v2 (104, one of 46.9 MB) read one by one through
+    ``open_model``; each must equal what the reference reader reads from the same bytes."""
+    container = store.new("minilm")
+    files = minilm.files()
+    for name, content in files.items():
+        store.put(container, name, content)
+    reference = safetensors.numpy.load(files["model.safetensors"])
+    with rt.open_model(store.url(container), storage_options=store.options()) as m:
+        opened, received = store.mark(), m.traffic.bytes
+        most = 0
+        for name in sorted(m.tensors):
+            before = store.mark()
+            np.testing.assert_array_equal(m.get_tensor(name), reference[name], err_msg=name)
+            most = max(most, len(store.since(before)[0]))
+        data, metadata = store.since(opened)
+        return ModelReads(
+            len(m.keys()),
+            len(metadata),
+            len(data),
+            most,
+            m.traffic.bytes - received,
+            sum(array.nbytes for array in reference.values()),
+        )
+
+
+def slice_moves_its_bytes(store: Store) -> tuple[int, int, list[Logged]]:
+    """Rows 1000:1010 of the embedding of a fresh file (opened anew, no cache entry): returns
+    ``(bytes asked for, bytes received at the client, the data requests logged)``; the
+    values must equal the reference's."""
+    container = store.new("slice")
+    data = minilm.files()["model.safetensors"]
+    store.put(container, "model.safetensors", data)
+    reference = safetensors.numpy.load(data)[minilm.EMBEDDINGS][1000:1010]
+    mark = store.mark()
+    with rt.safe_open(
+        store.url(container, "model.safetensors"), storage_options=store.options()
+    ) as f:
+        got = f.get_slice(minilm.EMBEDDINGS)[1000:1010]
+        received = f.traffic.bytes
+    np.testing.assert_array_equal(got, reference)
+    return reference.nbytes, received, store.since(mark)[0]
+
+
+def cli_lines(*argv: str) -> list[str]:
+    """What ``remotetensors ARGV`` prints (it must succeed)."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        status = main(list(argv))
+    assert status == 0, argv
+    return out.getvalue().splitlines()
+
+
+def cli_options(store: Store) -> list[str]:
+    """The storage options as ``--option KEY=VALUE`` arguments."""
+    return [arg for k, v in store.options().items() for arg in ("--option", f"{k}={v}")]
+
+
+def tensor_names(store: Store, location: str) -> list[str]:
+    """The tensor names ``remotetensors ls --json`` prints for ``location``."""
+    printed = json.loads("\n".join(cli_lines("ls", location, "--json", *cli_options(store))))
+    return sorted(_names_in(printed))
+
+
+def _names_in(printed: Any) -> list[str]:
+    if isinstance(printed, dict) and "tensors" in printed:
+        return _names_in(printed["tensors"])
+    if isinstance(printed, list):
+        return [item["name"] if isinstance(item, dict) else str(item) for item in printed]
+    return [str(name) for name in printed]
+
+
+def cache_entries() -> list[str]:
+    """The kinds of the entries in the test's own cache."""
+    from remotetensors.sources.cache.store import CacheStore
+
+    return sorted(info.kind for info in CacheStore(os.environ["REMOTETENSORS_CACHE"]).entries())
+
+
+def of_file(
+    logged: tuple[list[Logged], list[Logged]], name: str
+) -> tuple[list[Logged], list[Logged]]:
+    """``(data reads, metadata requests)`` of the object ``name`` only."""
+    data, metadata = logged
+    return _about(data, name), _about(metadata, name)
+
+
+def _about(entries: list[Logged], name: str) -> list[Logged]:
+    return [e for e in entries if e.target.split("?")[0].endswith("/" + name)]
+
+
+def reopened(store: Store, location: str) -> tuple[list[Logged], list[Logged]]:
+    """Open the model at ``location`` (a file) and close it: ``(data reads, metadata
+    requests)`` of its file, from the emulator's log."""
+    mark = store.mark()
+    name = location.split("/")[-1].split("#")[0].split("?")[0]
+    with rt.open_model(location, storage_options=store.options()):
+        pass
+    return of_file(store.since(mark), name)
