@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+
 from remotetensors.cli import main
 from tests import minilm
 from tests.emulators import Azurite, FakeGcs
