@@ -178,3 +178,152 @@ def test_each_rank_reads_only_its_shards_and_the_model_runs(
     assert sharded_bytes + replicated == total_tensors
     together = sum(log.total_bytes for _, log in per_rank[:world])
     assert together <= 1.05 * (sharded_bytes + replicated * world) + world * headers
+
+
+def _mixed_placements(rank: int, world: int, job: dict[str, Any]) -> dict[str, Any]:
+    """One rank of four on a 2-D mesh: every tensor of the Llama placed by one of five mixes
+    of ``Shard`` and ``Replicate`` (uneven chunks included); a real module filled in place; a
+    tied pair; a transposed weight of a PyTorch ``.bin``."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+
+    mesh = init_device_mesh("cpu", (2, 2))
+    mixes = [
+        (Shard(0), Shard(1)),
+        (Replicate(), Shard(1)),
+        (Shard(1), Replicate()),
+        (Shard(0), Shard(0)),
+        (Shard(1), Shard(0)),
+    ]
+    module = _meta_llama()
+    for i, (name, parameter) in enumerate(list(module.named_parameters())):
+        owner, _, attribute = name.rpartition(".")
+        placements = mixes[i % len(mixes)] if parameter.dim() == 2 else (Replicate(), Shard(0))
+        placed = distribute_tensor(parameter.data, mesh, placements)
+        setattr(module.get_submodule(owner), attribute, torch.nn.Parameter(placed))
+    report = rt.load_into(module, job["url"], max_in_flight_bytes=128 * KiB)
+    held, wrong = _check_shards(module, Path(job["folder"]))
+
+    # Real DTensors are filled in place: the module keeps its parameters.
+    real = torch.nn.Linear(128, 510, bias=False)  # lm_head's shape
+    real.weight = torch.nn.Parameter(distribute_tensor(torch.zeros(510, 128), mesh, mixes[1]))
+    before = real.weight
+    rt.load_into(real, job["url"], prefix="lm_head.", strict=False)
+    in_place = real.weight is before and _check_shards(real, Path(job["folder"]))[1] == []
+
+    # A tied pair stays one parameter; a transposed .bin weight is read and placed.
+    pair = _Pair()
+    pair.first.weight = torch.nn.Parameter(distribute_tensor(pair.first.weight.data, mesh, mixes[0]))
+    pair.second.weight = pair.first.weight
+    pair_report = rt.load_into(pair, job["bin_url"])
+    whole = torch.load(job["bin_path"], weights_only=True)["first.weight"]
+    tied = pair.first.weight is pair.second.weight
+    full = pair.first.weight.full_tensor()
+    return {
+        "wrong": wrong,
+        "held": held,
+        "sharded": len(report.sharded),
+        "in_place": in_place,
+        "tied": tied,
+        "bin_equal": torch.equal(full, whole),
+        "bin_loaded": pair_report.loaded,
+    }
+
+
+class _Pair(torch.nn.Module):  # type: ignore[misc]
+    """Two linears whose weights are one parameter (a tied pair)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        with torch.device("meta"):
+            self.first = torch.nn.Linear(12, 10, bias=False)
+            self.second = torch.nn.Linear(12, 10, bias=False)
+
+
+def test_mixed_placements_on_a_2d_mesh(
+    llama: Path, per_rank: list[tuple[str, Log]], tmp_path: Path
+) -> None:
+    base = torch.arange(120, dtype=torch.float32).reshape(12, 10)
+    torch.save({"first.weight": base.t()}, tmp_path / "pytorch_model.bin")  # strides (1, 10)
+    with static_server(tmp_path) as (bin_server, _):
+        job = {
+            "url": per_rank[0][0],
+            "folder": str(llama),
+            "bin_url": f"{bin_server}/pytorch_model.bin",
+            "bin_path": str(tmp_path / "pytorch_model.bin"),
+        }
+        results = run_job(4, _mixed_placements, job)
+    parameters = len(list(_meta_llama().parameters()))
+    for rank, result in enumerate(results):
+        assert result["wrong"] == [], f"rank {rank}"
+        assert result["sharded"] == parameters
+        assert result["in_place"], f"rank {rank}"
+        assert result["tied"] and result["bin_equal"], f"rank {rank}"
+        assert result["bin_loaded"] == ("first.weight", "second.weight")
+
+
+def _from_hub_and_s3(rank: int, world: int, job: dict[str, Any]) -> dict[str, Any]:
+    """One rank: the TP Llama filled from the hub stand-in, then another from S3 (moto)."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.parallel import parallelize_module
+
+    mesh = init_device_mesh("cpu", (world,))
+    out: dict[str, Any] = {}
+    for source in ("hub", "s3"):
+        module = parallelize_module(_meta_llama(), mesh, _tp_plan())
+        report = rt.load_into(module, job[source], token=False)
+        held, wrong = _check_shards(module, Path(job["folder"]))
+        out[source] = {"wrong": wrong, "held": held, "tensor_bytes": report.tensor_bytes}
+    return out
+
+
+def test_ranks_read_their_shards_from_the_hub_and_s3(
+    llama: Path, hub: Any, s3_env: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.integration.test_models import put_s3
+
+    files = {path.name: path.read_bytes() for path in llama.iterdir() if path.is_file()}
+    hub.add("tp/llama", files)
+    monkeypatch.setenv("HF_ENDPOINT", hub.endpoint)
+    put_s3(s3_env, "tp-bucket", {f"llama/{name}": data for name, data in files.items()})
+    job = {"hub": "hf://tp/llama", "s3": "s3://tp-bucket/llama/", "folder": str(llama)}
+    hub.log.clear()
+    results = run_job(2, _from_hub_and_s3, job)
+    weights = sum(len(data) for name, data in files.items() if name.endswith(".safetensors"))
+    for rank, result in enumerate(results):
+        for source in ("hub", "s3"):
+            assert result[source]["wrong"] == [], (rank, source)
+            # What the rank asked for is its share: its shards and the replicated tensors.
+            assert result[source]["tensor_bytes"] <= HEADER_SLACK * result[source]["held"]
+    # At the hub (its CDN), both ranks together moved the sharded bytes once and the
+    # replicated ones twice, and no more than the weights' files twice.
+    replicated = sum(
+        4 * n for n in (LLAMA["vocab_size"] * LLAMA["hidden_size"], LLAMA["hidden_size"] * 5)
+    )
+    moved = sum(entry.sent_bytes for entry in hub.log.entries if "/cdn/" in entry.path)
+    assert moved <= 1.05 * (weights + replicated * 2)
+    assert moved < 1.5 * weights  # far from each rank reading every file
+
+
+def _one_rank_fails(rank: int, world: int, job: dict[str, Any]) -> str:
+    """Rank 1's checkpoint is missing: it fails at once; rank 0 must fail too, not wait."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.parallel import parallelize_module
+
+    mesh = init_device_mesh("cpu", (world,))
+    module = parallelize_module(_meta_llama(), mesh, _tp_plan())
+    try:
+        rt.load_into(module, job["urls"][rank])
+    except rt.RemoteTensorsError as exc:
+        return type(exc).__name__
+    return "loaded"
+
+
+def test_a_rank_that_fails_stops_the_others(
+    llama: Path, per_rank: list[tuple[str, Log]]
+) -> None:
+    urls = [per_rank[0][0], per_rank[1][0] + "/no-such-folder/"]
+    assert run_job(2, _one_rank_fails, {"urls": urls}, seconds=120) == [
+        "IncompleteLoadError",
+        "NotFoundError",
+    ]
