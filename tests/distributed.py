@@ -65,7 +65,9 @@ def run_job(
                 for process in context.processes:
                     process.kill()
                 raise AssertionError(f"a job of {world} ranks ran past {seconds} s")
-        return [pickle.loads((Path(folder) / f"{rank}.pickle").read_bytes()) for rank in range(world)]
+        return [
+            pickle.loads((Path(folder) / f"{rank}.pickle").read_bytes()) for rank in range(world)
+        ]
 
 
 def _rank_main(

@@ -9,7 +9,6 @@ are its own.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
@@ -17,11 +16,10 @@ from typing import Any
 
 import pytest
 
+import remotetensors as rt
 from tests.distributed import run_job
 from tests.servers import Log, static_server
 from tests.torch_checkpoints import accelerate, torch, transformers
-
-import remotetensors as rt
 
 KiB = 1024
 HEADER_SLACK = 1.1  # the goal: bytes per rank <= 1.1 x (its tensors) + the headers
@@ -213,7 +211,9 @@ def _mixed_placements(rank: int, world: int, job: dict[str, Any]) -> dict[str, A
 
     # A tied pair stays one parameter; a transposed .bin weight is read and placed.
     pair = _Pair()
-    pair.first.weight = torch.nn.Parameter(distribute_tensor(pair.first.weight.data, mesh, mixes[0]))
+    pair.first.weight = torch.nn.Parameter(
+        distribute_tensor(pair.first.weight.data, mesh, mixes[0])
+    )
     pair.second.weight = pair.first.weight
     pair_report = rt.load_into(pair, job["bin_url"])
     whole = torch.load(job["bin_path"], weights_only=True)["first.weight"]
@@ -258,7 +258,8 @@ def test_mixed_placements_on_a_2d_mesh(
         assert result["wrong"] == [], f"rank {rank}"
         assert result["sharded"] == parameters
         assert result["in_place"], f"rank {rank}"
-        assert result["tied"] and result["bin_equal"], f"rank {rank}"
+        assert result["tied"], f"rank {rank}"
+        assert result["bin_equal"], f"rank {rank}"
         assert result["bin_loaded"] == ("first.weight", "second.weight")
 
 
@@ -319,9 +320,7 @@ def _one_rank_fails(rank: int, world: int, job: dict[str, Any]) -> str:
     return "loaded"
 
 
-def test_a_rank_that_fails_stops_the_others(
-    llama: Path, per_rank: list[tuple[str, Log]]
-) -> None:
+def test_a_rank_that_fails_stops_the_others(llama: Path, per_rank: list[tuple[str, Log]]) -> None:
     urls = [per_rank[0][0], per_rank[1][0] + "/no-such-folder/"]
     assert run_job(2, _one_rank_fails, {"urls": urls}, seconds=120) == [
         "IncompleteLoadError",
