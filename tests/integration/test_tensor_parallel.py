@@ -60,7 +60,7 @@ def _tp_plan() -> dict[str, Any]:
     from torch.distributed.tensor import Replicate
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
 
-    styles = {
+    styles: dict[str, Any] = {
         "colwise": ColwiseParallel,
         "rowwise": RowwiseParallel,
         "colwise_gather_output": lambda: ColwiseParallel(output_layouts=Replicate()),
@@ -86,9 +86,9 @@ def _check_shards(module: Any, reference: Path) -> tuple[int, list[str]]:
     from torch.distributed.tensor import DTensor
     from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
 
-    files = {}
+    files: dict[str, Any] = {}
     for path in reference.glob("*.safetensors"):
-        handle = safe_open(path, "pt")
+        handle: Any = safe_open(path, "pt")
         files.update(dict.fromkeys(handle.keys(), handle))
     held, wrong = 0, []
     for name, tensor in module.state_dict().items():
