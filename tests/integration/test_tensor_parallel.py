@@ -101,11 +101,11 @@ def _check_shards(module: Any, reference: Path) -> tuple[int, list[str]]:
             )
             index = tuple(slice(o, o + n) for o, n in zip(offsets, shape, strict=True))
             local = tensor.to_local()
-            if local.is_meta or not torch.equal(local, full[index]):
+            if local.is_meta or not torch.equal(local.cpu(), full[index]):
                 wrong.append(name)
         else:
             local = tensor
-            if local.is_meta or not torch.equal(local, full):
+            if local.is_meta or not torch.equal(local.cpu(), full):
                 wrong.append(name)
         held += local.numel() * local.element_size()
     return held, wrong
@@ -326,3 +326,41 @@ def test_a_rank_that_fails_stops_the_others(llama: Path, per_rank: list[tuple[st
         "IncompleteLoadError",
         "NotFoundError",
     ]
+
+
+def _on_cuda(rank: int, world: int, job: dict[str, Any]) -> dict[str, Any]:
+    """One rank of an NCCL job: the TP Llama on a CUDA mesh, filled from HTTP."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import DTensor
+    from torch.distributed.tensor.parallel import parallelize_module
+
+    mesh = init_device_mesh("cuda", (world,))
+    module = parallelize_module(_meta_llama(), mesh, _tp_plan())
+    report = rt.load_into(module, job["url"], max_in_flight_bytes=256 * KiB)
+    wrong = _check_shards(module, Path(job["folder"]))[1]
+    tensors = module.state_dict().values()
+    devices = {(t.to_local() if isinstance(t, DTensor) else t).device.type for t in tensors}
+    tokens = torch.arange(12).reshape(1, 12) % LLAMA["vocab_size"]
+    with torch.no_grad():
+        logits = module(tokens.cuda()).logits
+    logits = logits.full_tensor() if hasattr(logits, "full_tensor") else logits
+    return {"wrong": wrong, "devices": devices, "logits": logits.cpu(), "rank": report.rank}
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+def test_ranks_fill_their_shards_on_a_cuda_mesh(
+    llama: Path, per_rank: list[tuple[str, Log]]
+) -> None:
+    # NCCL takes one GPU per rank: as many ranks as GPUs, up to 2 (one on a one-GPU machine,
+    # where the mesh's code paths run with every placement's box the whole tensor).
+    world = min(2, torch.cuda.device_count())
+    job = {"url": per_rank[0][0], "folder": str(llama)}
+    results = run_job(world, _on_cuda, job, backend="nccl")
+    reference = transformers.LlamaForCausalLM.from_pretrained(llama).eval()
+    tokens = torch.arange(12).reshape(1, 12) % LLAMA["vocab_size"]
+    with torch.no_grad():
+        expected = reference(tokens).logits
+    for rank, result in enumerate(results):
+        assert result["wrong"] == [], f"rank {rank}"
+        assert result["devices"] == {"cuda"}
+        assert torch.allclose(result["logits"], expected, rtol=0, atol=1e-4)
