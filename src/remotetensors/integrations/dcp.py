@@ -331,7 +331,7 @@ class StorageReader(_StorageReader):
         except NotFoundError as missing:
             return await self._read_listed(missing)
         try:
-            if not model.files:
+            if model.pipeline is not None:
                 raise NotFoundError(
                     f"{redact_url(self.location)}: a diffusers pipeline, whose components hold "
                     "the weights; name a component's folder"
