@@ -1,8 +1,25 @@
-"""A hub stand-in on loopback that speaks the resolve protocol.
+"""A hub stand-in on loopback that speaks the resolve protocol, as the hub does in 2026 (the
+default) or as it did before the Xet-era CDN (``shape="2025"``, kept for the tests of that
+shape).
 
 ``/{repo}/resolve/{revision}/{path}`` (and ``/datasets/...``): small files are served directly
-with byte ranges; large ones answer 302 to a CDN path, with ``X-Repo-Commit``, ``ETag``,
-``X-Linked-Size`` and ``X-Linked-Etag`` as the real hub sends them. Missing repos, revisions and
+with byte ranges and ``X-Repo-Commit``; large ones answer 302 to a CDN on another origin, with
+``X-Repo-Commit``, ``ETag``, ``X-Linked-Size`` and ``X-Linked-Etag`` as the real hub sends them.
+
+The 2026 shape (``reference/fourth-round-facts.md``, "The hub's data path"): the 302 also
+carries ``X-Xet-Hash`` and ``Link: <.../xet-read-token/{rev}>; rel="xet-auth"``, and its
+``Location`` is a signed URL on the CDN's origin
+(``/xet-bridge-us/{id}/{sha256}?X-Amz-...&X-Amz-Expires=N&Expires=T&Policy=...&Signature=...
+&Key-Pair-Id=...``) valid ``url_validity_seconds`` (3600 as on the hub; tests set a few
+seconds, or move the stand-in's clock with :meth:`HubStandIn.advance`). The CDN answers an
+expired or unknown signature with 403, honours ``Range`` with 206 and an ETag of its own (an
+MD5, as S3 names an object), sends none of the hub's headers (``X-Repo-Commit``,
+``X-Linked-*``, ``X-Xet-Hash``), answers a ranged request that says ``Accept-Encoding: gzip``
+with 200 and the whole body (CloudFront's quirk, huggingface_hub#3778), and refuses some valid
+ranges with ``403 Auth failed: invalid range`` (xet-core#897) when asked to
+(``cdn_invalid_range``, ``cdn_invalid_range_every``). No answer of the hub's API carries
+``X-Repo-Commit`` (the hub documents it for resolve answers only): the revision API's commit is
+its body's ``sha``. Missing repos, revisions and
 files are 404 with ``X-Error-Code`` (``RepoNotFound``, ``RevisionNotFound``,
 ``EntryNotFound``; a missing repo is 401 to a caller without a token, as on the real hub); a
 gated repo without a token is 401 ``GatedRepo``. One-word legacy repo names (``gpt2``) work.
@@ -12,13 +29,16 @@ gated repo without a token is 401 ``GatedRepo``. One-word legacy repo names (``g
 with ``"lfs": {"oid": sha256, "size"}`` for the files served by the CDN), in pages of
 ``TREE_PAGE`` entries linked by ``Link: <...>; rel="next"`` (``cursor=`` is the offset here).
 ``/api/{models|datasets|spaces}/{repo}/revision/{revision}`` answers the revision's commit as
-``{"id", "sha"}`` (what ``huggingface_hub.model_info(...).sha`` reads), with ``X-Repo-Commit``.
+``{"id", "sha"}`` (what ``huggingface_hub.model_info(...).sha`` reads); in the 2025 shape every
+API answer also carries ``X-Repo-Commit``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import hashlib
+import hmac
 import json
 import math
 import re
@@ -26,7 +46,7 @@ import struct
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from urllib.parse import unquote
+from urllib.parse import unquote, urlencode
 
 from aiohttp import web
 
@@ -35,6 +55,10 @@ from tests.servers import Entry, Log, _range_of, _Running
 LFS_THRESHOLD = 10_000
 TREE_PAGE = 1000
 TOKEN = "hf_test_token"
+SHAPES = ("2026", "2025")
+"""The hub's shapes the stand-in speaks: today's (Xet-era CDN, API answers without commits)
+and the one before it."""
+_SIGNING_KEY = b"stand-in CloudFront key"
 
 
 @dataclass
@@ -61,9 +85,38 @@ class HubStandIn:
     between two reads of one discovery). ``listed_sizes`` (path -> bytes) makes the hub list a
     size other than the file's (in ``X-Linked-Size`` and the tree listing), as a hub whose
     record and bytes disagree would.
+
+    The 2026 shape's knobs: ``url_validity_seconds`` (how long a signed CDN URL is valid),
+    :meth:`advance` (moves the stand-in's clock, so that URLs expire without a test sleeping),
+    ``cdn_invalid_range`` (the next n ranged CDN requests are refused with ``403 Auth failed:
+    invalid range``) and ``cdn_invalid_range_every`` (every n-th ranged CDN request is; 0:
+    none). ``signed`` counts the signed URLs handed out, ``refused`` the CDN's 403s.
+
+    Args:
+        shape: ``"2026"`` (the default) or ``"2025"`` (see the module).
+        url_validity_seconds: the signed URLs' validity, in seconds (the hub's: 3600).
+
+    Raises:
+        ValueError: an unknown ``shape`` or a validity that is not positive.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, shape: str = "2026", *, url_validity_seconds: float = 3600.0) -> None:
+        if shape not in SHAPES:
+            raise ValueError(f"HubStandIn(shape=...): expected one of {SHAPES}, got {shape!r}")
+        if not url_validity_seconds > 0:
+            raise ValueError(
+                "HubStandIn(url_validity_seconds=...): expected a positive number of seconds, "
+                f"got {url_validity_seconds!r}"
+            )
+        self.shape = shape
+        self.url_validity_seconds = url_validity_seconds
+        self.cdn_invalid_range = 0
+        self.cdn_invalid_range_every = 0
+        self.signed = 0
+        self.refused = 0
+        self._cdn_ranged = 0
+        self._skew_seconds = 0.0
+        self._signatures: dict[str, float] = {}  # signature -> expiry (the stand-in's clock)
         self.repos: dict[str, Repo] = {}
         self.log = Log()
         self.metadata_api = True
@@ -88,8 +141,58 @@ class HubStandIn:
         # The CDN is another origin, as on the real hub: credentials must not follow redirects.
         cdn = web.Application()
         cdn.router.add_route("*", "/cdn/{sha}", self._cdn)
+        cdn.router.add_route("*", "/xet-bridge-us/{id}/{sha}", self._cdn)
         self._cdn_running = _Running(cdn)
         self.cdn = f"http://127.0.0.1:{self._cdn_running.port}"
+
+    @property
+    def modern(self) -> bool:
+        """Whether the stand-in speaks the 2026 shape."""
+        return self.shape == "2026"
+
+    def now(self) -> float:
+        """The stand-in's clock (Unix seconds), moved on by :meth:`advance`."""
+        return time.time() + self._skew_seconds
+
+    def advance(self, seconds: float) -> None:
+        """Move the stand-in's clock ``seconds`` ahead: signed URLs expire as if that much time
+        had passed."""
+        self._skew_seconds += seconds
+
+    def cdn_entries(self) -> list[Entry]:
+        """The requests the CDN saw."""
+        return [e for e in self.log.entries if e.path.startswith(("/cdn/", "/xet-bridge-us/"))]
+
+    def _signed_location(self, sha: str) -> str:
+        """A CDN URL for blob ``sha``, signed and valid ``url_validity_seconds`` from now, in
+        the form of the hub's 2026 redirects."""
+        issued = self.now()
+        expires = issued + self.url_validity_seconds
+        whole_seconds = math.ceil(self.url_validity_seconds)
+        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(issued))
+        self.signed += 1
+        policy = json.dumps(
+            {"Statement": [{"Condition": {"DateLessThan": {"AWS:EpochTime": int(expires)}}}]}
+        )
+        path = f"/xet-bridge-us/{sha[:24]}/{sha}"
+        nonce = f"{path}|{expires!r}|{self.signed}"
+        signature = hmac.new(_SIGNING_KEY, nonce.encode(), hashlib.sha256).hexdigest()
+        self._signatures[signature] = expires
+        query = {
+            "X-Amz-Algorithm": "AWS4-HMAC-SHA256",
+            "X-Amz-Content-Sha256": "UNSIGNED-PAYLOAD",
+            "X-Amz-Credential": f"cas/{stamp[:8]}/us-east-1/s3/aws4_request",
+            "X-Amz-Date": stamp,
+            "X-Amz-Expires": str(whole_seconds),
+            "X-Amz-Signature": signature[:32],
+            "X-Amz-SignedHeaders": "host",
+            "x-id": "GetObject",
+            "Expires": str(int(expires)),
+            "Policy": base64.urlsafe_b64encode(policy.encode()).decode("ascii"),
+            "Signature": signature,
+            "Key-Pair-Id": "K2L8F4GPSG1IFC",
+        }
+        return f"{self.cdn}{path}?{urlencode(query)}"
 
     def _digest(self, kind: str, data: bytes) -> str:
         """``hashlib.<kind>(data).hexdigest()``, computed once per pushed file."""
@@ -244,12 +347,19 @@ class HubStandIn:
             entry.status = 302
             headers.update(
                 {
-                    "Location": f"{self.cdn}/cdn/{sha}",
+                    "Location": self._signed_location(sha)
+                    if self.modern
+                    else f"{self.cdn}/cdn/{sha}",
                     "ETag": f'"{sha}"',
                     "X-Linked-Etag": f'"{sha}"',
                     "X-Linked-Size": str(self.listed_sizes.get(path, len(data))),
                 }
             )
+            if self.modern:
+                kind = match.group(1) or "models"
+                token_url = f"{self.endpoint}/api/{kind}/{repo_id}/xet-read-token/{commit}"
+                headers["X-Xet-Hash"] = self._digest("sha3_256", data)
+                headers["Link"] = f'<{token_url}>; rel="xet-auth"'
             return web.Response(status=302, headers=headers)
         headers["ETag"] = f'"{len(data) if self.size_etags else self._digest("sha1", data)}"'
         return self._ranged(request, entry, data, headers)
@@ -268,7 +378,7 @@ class HubStandIn:
         commit, files = found
         data = files.get(index_path)
         if data is None:
-            return self._error(entry, 404, "EntryNotFound", commit=commit)
+            return self._error(entry, 404, "EntryNotFound", commit=None if self.modern else commit)
         try:
             index = json.loads(data)
         except ValueError:
@@ -282,7 +392,7 @@ class HubStandIn:
             headers[shard] = json.loads(blob[8 : 8 + n])
         body = {"index": {k: v for k, v in index.items() if k != "weight_map"}, "headers": headers}
         entry.status = 200
-        return web.json_response(body, headers={"X-Repo-Commit": commit})
+        return web.json_response(body, headers=self._api_headers(commit))
 
     def _tree(self, request: web.Request, entry: Entry, tail: str) -> web.Response:
         match = re.fullmatch(
@@ -321,7 +431,7 @@ class HubStandIn:
             listed.append(item)
         start = int(request.query.get("cursor", "0"))
         page = listed[start : start + TREE_PAGE]
-        headers = {"X-Repo-Commit": commit}
+        headers = self._api_headers(commit)
         if start + TREE_PAGE < len(listed):
             query = dict(request.query, cursor=str(start + TREE_PAGE))
             headers["Link"] = f'<{request.url.with_query(query)}>; rel="next"'
@@ -343,7 +453,11 @@ class HubStandIn:
             return found
         commit, _ = found
         entry.status = 200
-        return web.json_response({"id": repo_id, "sha": commit}, headers={"X-Repo-Commit": commit})
+        return web.json_response({"id": repo_id, "sha": commit}, headers=self._api_headers(commit))
+
+    def _api_headers(self, commit: str) -> dict[str, str]:
+        """The headers of an API answer about ``commit``: none of the commit in 2026."""
+        return {} if self.modern else {"X-Repo-Commit": commit}
 
     async def _cdn(self, request: web.Request) -> web.StreamResponse:
         sha = request.match_info["sha"]
@@ -351,11 +465,47 @@ class HubStandIn:
         self.log.entries.append(entry)
         if self.latency_seconds:
             await asyncio.sleep(self.latency_seconds)
+        if "id" in request.match_info:  # the 2026 CDN: a signed URL
+            return self._cdn_2026(request, entry, sha)
         data = self._blobs.get(sha)
         if data is None:
             entry.status = 404
             return web.Response(status=404)
         return self._ranged(request, entry, data, {"ETag": f'"{sha}"'})
+
+    def _cdn_2026(self, request: web.Request, entry: Entry, sha: str) -> web.Response:
+        """The Xet-era CDN: a valid signature or 403; its own ETag and no hub headers; 200 and
+        the whole body to a ranged request that accepts gzip; the refusals asked for."""
+        expires = self._signatures.get(request.query.get("Signature", ""))
+        if expires is None or self.now() >= expires:
+            return self._refuse(entry, "Request has expired" if expires else "Access denied")
+        data = self._blobs.get(sha)
+        if data is None:
+            entry.status = 404
+            return web.Response(status=404, text="NoSuchKey")
+        headers = {
+            "ETag": f'"{self._digest("md5", data)}"',
+            "Content-Type": "application/octet-stream",
+            "X-Cache": "Miss from cloudfront",
+            "Via": "1.1 stand-in.cloudfront.net (CloudFront)",
+        }
+        ranged = "Range" in request.headers
+        if ranged:
+            self._cdn_ranged += 1
+            every = self.cdn_invalid_range_every
+            if self.cdn_invalid_range > 0 or (every and self._cdn_ranged % every == 0):
+                self.cdn_invalid_range = max(0, self.cdn_invalid_range - 1)
+                return self._refuse(entry, "Auth failed: invalid range")
+        if ranged and "gzip" in request.headers.get("Accept-Encoding", "").lower():
+            entry.status = 200
+            entry.sent_bytes = len(data) if request.method == "GET" else 0
+            return web.Response(status=200, body=data, headers=headers)
+        return self._ranged(request, entry, data, headers)
+
+    def _refuse(self, entry: Entry, reason: str) -> web.Response:
+        self.refused += 1
+        entry.status = 403
+        return web.Response(status=403, text=reason)
 
     def _error(
         self, entry: Entry, status: int, code: str, *, commit: str | None = None

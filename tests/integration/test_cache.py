@@ -123,7 +123,7 @@ def test_gguf_and_bintensors_files_come_back_from_the_cache(
             # One revision each (two visits), no file: every header byte came from the cache.
             assert [e.path for e in hub_env.log.entries] == ["/api/models/org/g/revision/main"] * 2
         else:
-            assert len([e for e in hub_env.log.entries if e.path.startswith("/cdn/")]) >= 2
+            assert len(hub_env.cdn_entries()) >= 2
 
 
 def _change_one_file(hub: HubStandIn, repo_id: str) -> tuple[str, dict[str, int]]:

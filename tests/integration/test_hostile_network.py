@@ -85,11 +85,13 @@ def data_requests(server: RawServer) -> list[Request]:
 
 
 def assert_path(server: RawServer, path: str) -> None:
-    """The data requests went through the path under test (httpx names itself, we do not)."""
+    """The data requests went through the path under test (httpx adds its default
+    ``Accept: */*``, the direct reader sends none; both name remotetensors as the agent)."""
     data = data_requests(server)
     assert data
     for request in data:
-        assert ("user-agent" in request.headers) == (path == "httpx"), request.headers
+        assert (request.headers.get("accept") == "*/*") == (path == "httpx"), request.headers
+        assert request.headers.get("user-agent", "").startswith("remotetensors/")
 
 
 def good(

@@ -37,9 +37,10 @@ NO_CACHE = rt.ReadOptions(read_configs=False, progress=False, cache=False)
 def kinds(hub: HubStandIn) -> list[str]:
     """Each request to the hub (not the CDN) as a short kind: api, index, single, shard:N, …"""
     out = []
+    cdn = {id(e) for e in hub.cdn_entries()}
     for entry in hub.log.entries:
         path = entry.path
-        if path.startswith("/cdn/"):
+        if id(entry) in cdn:
             continue
         if "/safetensors-metadata/" in path:
             out.append("api")
@@ -66,9 +67,12 @@ def test_header_phase_is_one_request_when_the_endpoint_exists(hub_env: HubStandI
         assert model.parameter_count() == expected_counts(tensors)
     assert sorted(kinds(hub_env)) == ["api", "index", "single"]
     hub_env.log.clear()
-    # Known now: the endpoint alone is the header phase. One request; no index, no shard reads.
+    # Known now: the endpoint is the header phase, in one round; no shard reads. The index is
+    # read in that round too, so that the answer (which names no commit) is tied to the
+    # commit the index was read at and kept in the cache (without the cache: the endpoint
+    # alone, see below).
     with rt.open_model("hf://org/b", options=NO_CONFIGS) as model:
-        assert sorted(kinds(hub_env)) == ["api", "single"]
+        assert sorted(kinds(hub_env)) == ["api", "index", "single"]
         assert model.parameter_count() == expected_counts(tensors)
         assert model.num_parameters == sum(t.size for t in tensors.values())
         assert model.nbytes == sum(t.nbytes for t in tensors.values())
@@ -89,9 +93,14 @@ def test_header_phase_is_one_request_when_the_endpoint_exists(hub_env: HubStandI
         both = model.get_tensors("model.layers.*.norm.weight")
         for key, array in both.items():
             assert array.tobytes() == tensors[key].tobytes()
-    # Every shard read is pinned to the commit the endpoint reported.
+    # Every shard read is pinned to the commit the round's resolve answers named.
     commit = hub_env.repos["org/b"].branches["main"]
     assert all(f"/resolve/{commit}/" in e.path for e in hub_env.log.entries if "model-0" in e.path)
+    hub_env.add("org/c", files)
+    hub_env.log.clear()
+    with rt.open_model("hf://org/c", options=NO_CACHE) as model:
+        assert model.parameter_count() == expected_counts(tensors)
+    assert sorted(kinds(hub_env)) == ["api", "single"]  # one request, the endpoint alone
 
 
 def test_header_phase_in_two_rounds_without_the_endpoint(hub_env: HubStandIn) -> None:
@@ -111,9 +120,12 @@ def test_header_phase_in_two_rounds_without_the_endpoint(hub_env: HubStandIn) ->
     assert sorted(kinds(hub_env)) == sorted(["index", "single", *shards])
 
 
+@pytest.mark.parametrize("hub_shape", ["2025"], indirect=True)
 def test_endpoint_skipped_for_other_revisions_and_used_for_mains_commit(
     hub_env: HubStandIn,
 ) -> None:
+    # The 2025 shape: the endpoint's answers named their commit, and a commit named as the
+    # revision used them when it was main's.
     files, tensors = sharded(shards=2)
     old = hub_env.add("org/a", files)
     changed = dict(files)
@@ -135,6 +147,20 @@ def test_endpoint_skipped_for_other_revisions_and_used_for_mains_commit(
     with pytest.raises(rt.NotFoundError, match=r"RevisionNotFound|neither"):
         rt.open_model("hf://org/a@some-branch", options=NO_CONFIGS)
     assert "api" not in kinds(hub_env)
+
+
+def test_endpoint_not_asked_for_a_commit_once_its_answers_name_none(hub_env: HubStandIn) -> None:
+    # Today's hub: the endpoint's answer is main's and names no commit, so it cannot describe
+    # a commit named as the revision; learnt from its first answer, it is not asked for one.
+    files, tensors = sharded(shards=2)
+    commit = hub_env.add("org/a", files)
+    with rt.open_model("hf://org/a", options=NO_CACHE) as model:  # learn support
+        assert model.parameter_count() == expected_counts(tensors)
+    hub_env.log.clear()
+    with rt.open_model(f"hf://org/a@{commit}", options=NO_CACHE) as model:
+        assert model.parameter_count() == expected_counts(tensors)
+    assert "api" not in kinds(hub_env)
+    assert "index" in kinds(hub_env)
 
 
 def test_hub_metadata_is_validated_like_a_file_header() -> None:
@@ -190,7 +216,10 @@ def test_counts_equal_huggingface_hub_with_unmapped_tensors_and_both_layouts(
     # unmapped: range reads (first model), then the one-call endpoint (second one).
     for repo in ("org/unmapped", "org/unmapped2", "org/both"):
         theirs = dict(sorted(api.get_safetensors_metadata(repo).parameter_count.items()))
-        with rt.open_model(f"hf://{repo}", options=NO_CONFIGS) as model:
+        # Without the cache, the second model takes the endpoint's answer alone (with it, the
+        # index is read in the same round to tie the answer to a commit).
+        options = NO_CACHE if repo == "org/unmapped2" else NO_CONFIGS
+        with rt.open_model(f"hf://{repo}", options=options) as model:
             assert model.parameter_count() == theirs, repo
             if repo == "org/unmapped":  # the index was read (in the endpoint's round)
                 assert model.index.unmapped == ("model.layers.0.norm.weight",)

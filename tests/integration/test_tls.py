@@ -142,11 +142,13 @@ def read_w(url: str, options: HttpOptions = FAST) -> np.ndarray:
 
 
 def assert_path(server: TlsServer, path: str) -> None:
-    """The data requests went through the path under test (httpx names itself, we do not)."""
+    """The data requests went through the path under test (httpx adds its default
+    ``Accept: */*``, the direct reader sends none; both name remotetensors as the agent)."""
     data = [r for r in server.requests if r.range is not None and r.range[0] > 0]
     assert data
     for request in data:
-        assert ("user-agent" in request.headers) == (path == "httpx"), request.headers
+        assert (request.headers.get("accept") == "*/*") == (path == "httpx"), request.headers
+        assert request.headers.get("user-agent", "").startswith("remotetensors/")
 
 
 # --- a CA the caller trusts ----------------------------------------------------------------------

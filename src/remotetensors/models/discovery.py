@@ -220,22 +220,27 @@ async def _at_folder(
     and the index exist, the single file is the model, as huggingface_hub and transformers
     decide. With neither, what else the folder holds (see :func:`_elsewhere`)."""
     single_name, index_name = weights.single, weights.index
-    call = hub_onecall.plan(place)
+    visit = await hub_onecall.plan_visit(place, single_name, index_name)
+    call = visit.call
     single_task = asyncio.ensure_future(_open(place, single_name, opened, options, framework))
     meta_task = asyncio.ensure_future(hub_onecall.ask(call, index_name)) if call else None
     index_task = (
-        None if call and call.alone else asyncio.ensure_future(_read_shard_index(place, index_name))
+        None
+        if (call and call.alone) or visit.single_kept
+        else asyncio.ensure_future(_read_shard_index(place, index_name))
     )
     tasks = [t for t in (single_task, meta_task, index_task) if t is not None]
     await _all_settled(tasks)
     single_error = single_task.exception()
     if single_error is None:
         return _weights(_single(single_name, single_task.result()))
+    if index_task is None and visit.single_kept:
+        raise single_error  # kept at the commit, yet it failed: no index to fall back on
     index_error = index_task.exception() if index_task is not None else None
     shard_index = index_task.result() if index_task is not None and index_error is None else None
     if call is not None and meta_task is not None and index_error is None:
         answer = meta_task.result()
-        metadata = hub_onecall.accept(call, answer, location)
+        metadata = hub_onecall.accept(call, answer, location, shard_index, index_name)
         if metadata is not None:
             files, index = hub_onecall.build(
                 location, place, metadata, shard_index, index_name, options, framework

@@ -10,8 +10,19 @@ them against the header before any tensor byte is trusted (:class:`LazyTensorFil
 
 Until an endpoint is known to have the route, the index file is read in the same round as well
 (its weight map then routes the tensors and names the unmapped ones); once it is known, the
-endpoint's answer alone is the header phase. Any failure falls back to range reads; a debug log
-line says which path was taken.
+endpoint's answer alone is the header phase, unless a persistent cache is to keep the answer.
+Any failure falls back to range reads; a debug log line says which path was taken.
+
+**Which commit an answer describes.** The endpoint answers for ``main`` as it is when asked, and
+names no commit (no answer of the hub's API carries ``X-Repo-Commit``; its resolve answers do).
+An answer is tied to commit C, and kept in the cache under it, only when the index file read in
+the same round at C (its resolve answer named C, or the cache held it at C) says what the
+answer says: the same shards, every tensor of the weight map in the header of the shard it
+names, and the same ``metadata``. An answer that disagrees with the index is not used (the
+shards are read instead); one for another revision than ``main`` is used only when it names
+that commit itself. A repo the cache knows as single-file at the visit's commit is not asked at
+all (the single file wins), nor one the cache knows has no index there. Every shard's first 8
+bytes are still checked against its header before a tensor byte is trusted.
 """
 
 from __future__ import annotations
@@ -22,13 +33,19 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..errors import HeaderError, HeaderErrorKind, ShardNotOpenedError
+from ..errors import HeaderError, HeaderErrorKind, RemoteTensorsError, ShardNotOpenedError
 from ..formats.hub_metadata import ShardedMetadata, parse_sharded_metadata
 from ..formats.safetensors import PREFIX_BYTES, header_length, rebase
 from ..index import ROW_FILE, FileIndex, ModelIndex, Row, TensorInfo, TensorTable, placed
 from ..options import DEFAULT_CHUNK_BYTES
 from ..sources.cache.source import read_metadata
-from ..sources.hub.api import MetadataAnswer, endpoint_support, fetch_sharded_metadata
+from ..sources.hub.api import (
+    MetadataAnswer,
+    endpoint_support,
+    fetch_sharded_metadata,
+    keep_answer,
+    names_commits,
+)
 from ..sources.hub.repo import hub_status_error
 from ..sources.resolve import HubPlace
 from .file import AsyncTensorFile, AsyncTensorSlice, TensorPiece
@@ -64,7 +81,8 @@ class OneCall:
 def plan(place: Place) -> OneCall | None:
     """Whether to ask the endpoint, and whether its answer alone will do (see
     :class:`OneCall`); None when ``place`` is not a hub model repo on main or on a commit, or
-    its endpoint is known to lack the route."""
+    its endpoint is known to lack the route. No IO: see :func:`plan_visit` for a visit that a
+    persistent cache knows."""
     if not isinstance(place, HubPlace) or place.path.repo_type != "models":
         return None
     revision = place.path.revision
@@ -73,7 +91,49 @@ def plan(place: Place) -> OneCall | None:
     support = endpoint_support(place.repo.endpoint, place.repo.store)
     if support is False:
         return None
-    return OneCall(place, alone=bool(support))
+    if (
+        revision not in (None, "main")
+        and names_commits(place.repo.endpoint, place.repo.store) is False
+    ):
+        return None  # its answer (main's) cannot be tied to the commit named
+    # The index is read beside the answer when the answer must be tied to a commit: to be
+    # kept (a cache), or for a revision named by its commit (the answer is main's).
+    tied = revision in (None, "main") or names_commits(place.repo.endpoint) is True
+    alone = bool(support) and place.repo.store is None and tied
+    return OneCall(place, alone=alone)
+
+
+@dataclass(frozen=True, slots=True)
+class Visit:
+    """What the first round of a hub folder asks, decided before it starts.
+
+    Attributes:
+        call: the endpoint to ask, or None.
+        single_kept: the cache holds the single file at the visit's commit: it is the model
+            (it wins over an index), and neither the index nor the endpoint is asked.
+    """
+
+    call: OneCall | None
+    single_kept: bool = False
+
+
+async def plan_visit(place: Place, single_name: str, index_name: str) -> Visit:
+    """:func:`plan`, after fixing the visit's commit (:meth:`HubRepo.settle`: no request on a
+    first visit, one revision question, shared with the files, on a later one): a repo the cache
+    knows as single-file at that commit, or as having no ``index_name`` there, is not asked."""
+    call = plan(place)
+    if not isinstance(place, HubPlace):
+        return Visit(call)
+    repo = place.repo
+    try:
+        await repo.settle()
+    except RemoteTensorsError:
+        return Visit(call)  # the files' reads meet the error again, and report it
+    if repo.kept_kind(place.path.child(single_name).path) == "file":
+        return Visit(None, single_kept=True)
+    if call is not None and repo.kept_kind(place.path.child(index_name).path) == "absent":
+        return Visit(None)
+    return Visit(call)
 
 
 async def ask(call: OneCall, index_name: str) -> MetadataAnswer:
@@ -81,8 +141,18 @@ async def ask(call: OneCall, index_name: str) -> MetadataAnswer:
     return await fetch_sharded_metadata(call.place.repo, call.place.path.child(index_name).path)
 
 
-def accept(call: OneCall, answer: MetadataAnswer, location: str) -> ShardedMetadata | None:
+def accept(
+    call: OneCall,
+    answer: MetadataAnswer,
+    location: str,
+    shard_index: ShardIndex | None = None,
+    index_name: str = "",
+) -> ShardedMetadata | None:
     """The validated answer when it describes the revision asked for; else None (logged).
+
+    ``shard_index`` is the index file ``index_name`` as read in the same round (at the visit's
+    commit), when it was: an answer that names no commit is tied to that commit when the index
+    says what it says, and kept in the cache under it (see the module).
 
     Raises:
         HeaderError: the answer came for the right revision but a header is malformed.
@@ -101,9 +171,26 @@ def accept(call: OneCall, answer: MetadataAnswer, location: str) -> ShardedMetad
         log.debug("%s: main moved during discovery; range reads", location)
         return None
     metadata = parse_sharded_metadata(answer.body, location=location)
+    if shard_index is not None and not describes(metadata, shard_index):
+        log.debug("%s: the endpoint's answer is not the index's model; range reads", location)
+        return None
+    if answer.commit is None and shard_index is not None and repo.pinned:
+        keep_answer(repo, call.place.path.child(index_name).path, repo.revision, answer)
     repo.pin(answer.commit, location)
     log.debug("%s: header phase from the one-call metadata endpoint", location)
     return metadata
+
+
+def describes(metadata: ShardedMetadata, shard_index: ShardIndex) -> bool:
+    """Whether the endpoint's ``metadata`` is the model that ``shard_index`` describes: the
+    same shards, every tensor of the weight map in the header of the shard it names, and the
+    same ``metadata`` object (``total_size``, ...). No IO."""
+    headers = metadata.headers
+    if set(headers) != set(shard_index.weight_map.values()):
+        return False
+    if (metadata.metadata or None) != (shard_index.metadata or None):
+        return False
+    return all(tensor in headers[file].tensors for tensor, file in shard_index.weight_map.items())
 
 
 def refusal(call: OneCall, answer: MetadataAnswer, index_name: str) -> Exception:

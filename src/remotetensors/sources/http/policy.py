@@ -14,6 +14,7 @@ file listings, whichever transport carries them). No IO.
 
 from __future__ import annotations
 
+import functools
 import random
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
@@ -67,6 +68,27 @@ def gave_up(shown: str, reason: str, attempts: int, *, timed_out: bool) -> Trans
     if timed_out:
         return RequestTimeoutError(message, bound="read_timeout_seconds")
     return TransportError(message)
+
+
+@functools.cache
+def user_agent() -> str:
+    """The ``User-Agent`` of every request: the library and its version
+    (``remotetensors/0.1.0``), so that a server can tell it apart from a default client
+    (CloudFront strips the hub's ``X-Xet-Hash`` from cache hits served to default agents) and
+    a hub's operators know who asks."""
+    import importlib.metadata  # here: it costs an import that most commands never need
+
+    try:
+        version = importlib.metadata.version("remotetensors")
+    except importlib.metadata.PackageNotFoundError:  # run from a source tree, not installed
+        version = "0+unknown"
+    return f"remotetensors/{version}"
+
+
+def agent_header(headers: Mapping[str, str]) -> str:
+    """The name under which ``headers`` hold a ``User-Agent`` (in any case), else
+    ``"User-Agent"``: the caller's own agent is kept, never sent twice."""
+    return next((name for name in headers if name.lower() == "user-agent"), "User-Agent")
 
 
 MAX_REDIRECTS = 10

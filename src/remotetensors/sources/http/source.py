@@ -78,7 +78,7 @@ from .client import Client, HttpClient, HttpOptions, turn_of
 from .direct import RawRangeClient
 from .head import ResponseHeaders
 from .pin import VersionPin
-from .policy import backoff_seconds, carried, gave_up, origin
+from .policy import agent_header, backoff_seconds, carried, gave_up, origin, user_agent
 from .selfcancel import withdraw_own_cancel
 from .tls import tls_error
 from .transport import (
@@ -157,7 +157,6 @@ class HttpSource(ByteSource):
         self._client = client
         self._owns_client = client is None
         self._data_url = self._url
-        self._reresolved = False  # a file's redirect is resolved again at most once
         self._pin = VersionPin()
         self._whole_body: bytes | None = None
         self._unless: dict[str, str] = {}  # the first request's conditions (open_prefix_unless)
@@ -376,6 +375,7 @@ class HttpSource(ByteSource):
         )
         received = 0
         attempt = 0
+        reresolved = False  # each read resolves an expired redirect again once
         while True:
             # The host's rate limit is waited for outside the attempt, so that waiting is not
             # taken for a server that is too slow (see _guarded's throughput floor).
@@ -415,9 +415,12 @@ class HttpSource(ByteSource):
             except _Reresolve as expired:
                 if expired.url != self._data_url:
                     continue  # a concurrent read already resolved the URL again
-                if self._reresolved:
-                    raise self._status_error(expired.status, expired.url) from None
-                self._reresolved = True
+                if reresolved:
+                    raise self._refused_after_reresolve(expired) from None
+                # A signed URL lives an hour on the hub's CDN, a model stays open for days:
+                # every read that outlives one resolves the URL named again, and the refusal
+                # of a URL just resolved (a CDN's "403 invalid range") gets one more try.
+                reresolved = True
                 self._data_url = self._url
                 self._verified = False
                 continue
@@ -501,6 +504,24 @@ class HttpSource(ByteSource):
             assert timer is not None
             timer.cancel()
 
+    def _refused_after_reresolve(self, expired: _Reresolve) -> Exception:
+        """The error once the URL a redirect gave refused a read twice, the second time just
+        after the URL named was resolved again.
+
+        A server of another origin than the URL named (a CDN) never saw the caller's
+        credentials (:func:`.policy.headers_for`), so its 401 or 403 is no missing token: a
+        :class:`BadResponseError` says so. Anything else is worded as the URL named would
+        word it (a hub's 404 for a file that is gone)."""
+        if expired.status in (401, 403) and self._foreign(expired.url):
+            return BadResponseError(
+                f"{self.location}: the server it redirects to refused the read twice (HTTP "
+                f"{expired.status} from {redact_url(expired.url)} for a URL just resolved "
+                "again); that server is not sent the caller's credentials, so no token can "
+                "help: its signed URL or its own checks failed (a CDN's 'invalid range'). "
+                "Retry later"
+            )
+        return self._status_error(expired.status, expired.url)
+
     def _deadline_passed(self, detail: str) -> RequestTimeoutError:
         return RequestTimeoutError(
             f"{self._shown}: the request did not finish within request_deadline_seconds="
@@ -533,9 +554,16 @@ class HttpSource(ByteSource):
         given = self._options.headers
         if self._basic_auth and not any(name.lower() == "authorization" for name in given):
             given = {**given, "Authorization": self._basic_auth}
-        headers = dict(carried(given.items(), foreign=foreign))
+        headers = {
+            name: value
+            for name, value in carried(given.items(), foreign=foreign)
+            if name.lower() not in _SET_HERE
+        }
         headers["Range"] = f"bytes=-{end}" if suffix else ByteRange(start, end).header_value()
+        # Never a caller's gzip: CloudFront answers a ranged request that accepts it with the
+        # whole file (huggingface_hub#3778), and an encoded body's offsets are not the file's.
         headers["Accept-Encoding"] = "identity"
+        headers.setdefault(agent_header(given), user_agent())
         if not first:
             self._pin.add_conditions(headers)
         else:
@@ -732,6 +760,10 @@ class HttpSource(ByteSource):
         count = min(end, len(body)) - start
         buffer[:count] = body[start : start + count]
         return count
+
+
+_SET_HERE = frozenset({"range", "accept-encoding"})
+"""Request headers (lower-cased) every read sets itself, whatever the caller's headers say."""
 
 
 def _split_userinfo(url: str) -> tuple[str, str | None]:

@@ -35,7 +35,15 @@ from .answer import REDIRECT_STATUSES, Failed, follow, retry_of
 from .client import Client, HttpClient, httpx_of, turn_of
 from .direct import RawConnectionError, RawProtocolError, RawTimeoutError
 from .head import ResponseHeaders, announced_length
-from .policy import RETRY_STATUSES, backoff_seconds, gave_up, headers_for, origin
+from .policy import (
+    RETRY_STATUSES,
+    agent_header,
+    backoff_seconds,
+    gave_up,
+    headers_for,
+    origin,
+    user_agent,
+)
 from .tls import tls_error
 from .transport import TlsFailed
 from .via_httpx import send_hop, tls_failed
@@ -174,7 +182,12 @@ async def _attempt(client: Client, url: str, headers: dict[str, str], shown: str
     visited: tuple[str, ...] = ()  # the URLs that redirected to hop, oldest first
     while True:  # follow() refuses a redirect past MAX_REDIRECTS
         foreign = origin(hop) != origin(url)
-        answer = await _hop(client, hop, headers_for(headers, named=url, url=hop), shown, foreign)
+        sent = headers_for(headers, named=url, url=hop)
+        sent.setdefault(agent_header(sent), user_agent())
+        if foreign:  # a CDN: never gzip (CloudFront's whole-body quirk, huggingface_hub#3778)
+            sent = {k: v for k, v in sent.items() if k.lower() != "accept-encoding"}
+            sent["Accept-Encoding"] = "identity"
+        answer = await _hop(client, hop, sent, shown, foreign)
         location = answer.headers.get("Location")
         if answer.status not in REDIRECT_STATUSES or location is None:
             return answer

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from .repo import HubRepo
 
 _support: dict[str, bool] = {}  # endpoint -> whether it has the route (learnt per process)
+_names_commits: dict[str, bool] = {}  # endpoint -> whether its answers carry X-Repo-Commit
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,17 +63,38 @@ def endpoint_support(endpoint: str, store: CacheStore | None = None) -> bool | N
     return known
 
 
-def _learn(repo: HubRepo, has: bool) -> None:
+def names_commits(endpoint: str, store: CacheStore | None = None) -> bool | None:
+    """Whether the route's answers on ``endpoint`` name their commit (``X-Repo-Commit``, as
+    the hub's API did before 2026): True, False, or None (not seen yet). Only an answer that
+    names its commit can describe a revision other than ``main`` (the route answers for main)."""
+    known = _names_commits.get(endpoint)
+    if known is None and store is not None:
+        entry = store.get(keys.hub_support(endpoint))
+        said = entry.meta.get("commits") if entry is not None else None
+        if isinstance(said, bool):
+            known = _names_commits[endpoint] = said
+    return known
+
+
+def _learn(repo: HubRepo, has: bool, commits: bool | None = None) -> None:
     """Whether the endpoint has the route, for this process and the cache (written when the
     cache does not say so already: a later process must find it)."""
     _support[repo.endpoint] = has
+    if commits is not None:
+        _names_commits[repo.endpoint] = commits
     store = repo.store
     if store is None:
         return
     key = keys.hub_support(repo.endpoint)
     entry = store.get(key)
-    if entry is None or entry.meta.get("has") is not has:
+    said = entry.meta.get("commits") if entry is not None else None
+    if (
+        entry is None
+        or entry.meta.get("has") is not has
+        or (commits is not None and said is not commits)
+    ):
         meta = {"kind": "route", "shown": f"{repo.endpoint} (one-call metadata)", "has": has}
+        meta["commits"] = commits if commits is not None else said
         store.put(key, meta)
 
 
@@ -85,7 +107,9 @@ async def fetch_sharded_metadata(repo: HubRepo, index_path: str) -> MetadataAnsw
 
     With a persistent cache (``repo.store``), an answer that names its commit (the headers, or
     "no such index" at that commit) is kept under it, and a visit pinned to that commit finds
-    it without a request; offline, an answer not kept is no answer (status 0).
+    it without a request; offline, an answer not kept is no answer (status 0). The hub's API
+    answers name no commit today (only its resolve answers carry ``X-Repo-Commit``): such an
+    answer is kept only once its caller tied it to a commit (:func:`keep_answer`).
     """
     url = (
         f"{repo.endpoint}/api/{repo.repo.repo_type}/{repo.repo.repo_id}/safetensors-metadata/"
@@ -111,7 +135,7 @@ async def fetch_sharded_metadata(repo: HubRepo, index_path: str) -> MetadataAnsw
     code = headers.get("X-Error-Code")
     commit = headers.get("X-Repo-Commit")
     if status == 200:
-        _learn(repo, True)
+        _learn(repo, True, commits=commit is not None)
         _keep(repo, index_path, commit, status, code, answer.body)
         return MetadataAnswer(200, answer.body, commit, headers=headers, url=answer.url)
     if code:
@@ -142,6 +166,14 @@ def _kept(repo: HubRepo, index_path: str, url: str) -> MetadataAnswer | None:
     if status == 404:
         return MetadataAnswer(404, None, repo.revision, f"HTTP 404 {code} (kept)", headers, url)
     return None
+
+
+def keep_answer(repo: HubRepo, index_path: str, commit: str, answer: MetadataAnswer) -> None:
+    """Keep a 200 ``answer`` that named no commit under ``commit``, the commit its caller tied
+    it to (:func:`..reading.hub_onecall.accept`: the index file read at that commit in the same
+    round says what the answer says). Nothing without a cache or a body."""
+    if answer.body is not None and answer.status == 200:
+        _keep(repo, index_path, commit, 200, None, answer.body)
 
 
 def _keep(

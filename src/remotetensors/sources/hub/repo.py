@@ -357,6 +357,12 @@ class HubRepo:
 
     async def _listing(self, folder: str, recursive: bool) -> list[ListedFile]:
         shown = str(self.repo.child(folder) if folder else replace(self.repo, path=""))
+        if not self.pinned and not offline():
+            # The hub's listing names no commit (no API answer carries X-Repo-Commit): list at
+            # the commit the revision names now, so that the listing and the files read after
+            # it describe one commit (and the listing can be kept under it).
+            commit = self.asked if COMMIT.match(self.asked) else await self._ask_revision()
+            self.pin(commit, self.shown)
         key = self.key(keys.hub_listing, self.revision, folder, str(recursive))
         if self.store is not None and self.pinned:
             entry = self.store.get(key)
@@ -439,6 +445,19 @@ class HubRepo:
         folder = posixpath.dirname(path)
         files = await self.listing(folder, recursive=False)
         return next((f for f in files if f.path == path), None)
+
+    def kept_kind(self, path: str) -> str | None:
+        """What the persistent cache says of file ``path`` at the pinned commit, no IO:
+        ``"file"`` (its bytes, or a pointer to them, are kept: the file exists there),
+        ``"absent"`` (the hub said there is no such file at that commit), or None (nothing
+        kept, no cache, or no commit pinned yet)."""
+        if self.store is None or not self.pinned:
+            return None
+        entry = self.store.get(self.key(keys.hub_file, self.revision, path))
+        kind = entry.meta.get("kind") if entry is not None else None
+        if kind in ("file", "alias"):
+            return "file"
+        return "absent" if kind == "absent" else None
 
     def source(self, path: str) -> HubSource:
         """A source for the file ``path`` of the repo."""
