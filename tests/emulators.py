@@ -14,6 +14,7 @@ passes without them.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
@@ -124,8 +125,31 @@ class Emulator:
                 self._process.wait()
         self._process = None
 
+    def sentinel_target(self, token: str) -> str:
+        """A harmless request's path and query carrying ``token`` (see :meth:`log`)."""
+        raise NotImplementedError
+
     def log(self) -> list[Logged]:
-        """Every request logged so far, in order."""
+        """Every request answered so far, in order.
+
+        An emulator may write a request's line after answering it (Azurite does): a request
+        carrying a fresh token is sent first, and the log read until its line is there, so every
+        request answered before it is too. Those requests are left out of what is returned.
+
+        Raises:
+            RuntimeError: the token's line did not show within 10 s.
+        """
+        token = f"sentinel={next(_sentinels)}"
+        _answers(self.endpoint + self.sentinel_target(token), ok=())
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            entries = self._logged()
+            if any(token in e.target for e in entries):
+                return [e for e in entries if "sentinel=" not in e.target]
+            time.sleep(0.005)
+        raise RuntimeError(f"{self.name}: the log never showed {token}")
+
+    def _logged(self) -> list[Logged]:
         entries = []
         for line in self.log_path.read_text(errors="replace").splitlines():
             match = _ACCESS.search(line.replace('\\"', '"'))
@@ -190,6 +214,9 @@ class FakeGcs(Emulator):
     def ready(self) -> bool:
         return _answers(f"{self.endpoint}/storage/v1/b")
 
+    def sentinel_target(self, token: str) -> str:
+        return f"/storage/v1/b?{token}"
+
     def is_data(self, entry: Logged) -> bool:
         return entry.target.startswith("/download/") or "alt=media" in entry.target
 
@@ -244,6 +271,9 @@ class Azurite(Emulator):
 
     def ready(self) -> bool:
         return _answers(f"{self.endpoint}/{AZURE_ACCOUNT}?comp=list", ok=(200, 403))
+
+    def sentinel_target(self, token: str) -> str:
+        return f"/{AZURE_ACCOUNT}?comp=list&{token}"
 
     def is_data(self, entry: Logged) -> bool:
         return (
@@ -329,6 +359,7 @@ def _answers(url: str, ok: tuple[int, ...] = (200,)) -> bool:
 
 
 E = TypeVar("E", bound=Emulator)
+_sentinels = itertools.count()
 
 
 def start(kind: Callable[[Path], E]) -> Iterator[E]:
