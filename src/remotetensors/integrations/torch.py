@@ -128,8 +128,9 @@ def load_into(
             tensor larger than the bound (it is read in parts, into its place).
         device: where tensors end (``"cuda"``, ``"cuda:1"``, ``1``, a ``torch.device``); every
             other real tensor of the module is moved there too. By default meta tensors go to
-            the CPU and real ones stay where they are. A CUDA device is filled through a pinned
-            staging buffer within the bound.
+            the CPU (in a module of DTensors: their mesh's device) and real ones stay where
+            they are. A CUDA device is filled through a pinned staging buffer within the bound.
+            DTensors always end on their mesh's device, each rank holding its shard.
         dtype: the dtype floating-point tensors end in; by default the module's own.
         options: reading knobs (by default, the configs beside the weights are not read).
         http_options, storage_options, token, revision: as for
@@ -229,6 +230,8 @@ async def load_checkpoint(
     # part before any rows are exchanged, also when it failed before reading (see
     # .torch_exchange), so that no rank waits for one that has given up.
     mesh_device = sharded_device(module)
+    if meta_device is None:
+        meta_device = mesh_device  # the module's plain meta tensors go where its shards go
     try:
         model = await load_model(location, **open_kwargs)
     except Exception:
