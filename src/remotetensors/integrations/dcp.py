@@ -149,6 +149,7 @@ class StorageReader(_StorageReader):
         self._coordinator_rank = coordinator_rank
         self._share_headers = share_headers
         self._storage: CheckpointStorage | None = None
+        self._metadata: Metadata | None = None
         self.is_coordinator = False
         self.header_traffic = Traffic()
         """What reading the headers cost this rank (nothing where the coordinator shared them)."""
@@ -167,22 +168,28 @@ class StorageReader(_StorageReader):
             self.location = os.fspath(checkpoint_id)
             self.checkpoint_id = checkpoint_id
         self._storage = None
+        self._metadata = None
         self.header_traffic = Traffic()
         self.data_traffic = Traffic()
 
     def read_metadata(self) -> Metadata:
         """The checkpoint's ``Metadata``, from its headers: read here, or on the coordinator
-        and broadcast to the group (see ``share_headers``).
+        and broadcast to the group (see ``share_headers``). Read once until :meth:`reset`:
+        a caller that reads it to build its state dict, then hands the reader to
+        ``dcp.load``, costs no second read (nor a second broadcast).
 
         Raises:
             NotFoundError: no safetensors checkpoint at the location.
             HeaderError: a malformed header, index or ``DCP_SHARDING_INFO``.
             UnsupportedDtypeError: a tensor whose dtype torch cannot hold (F4, F6).
-            and whatever the source raises; on a shared read, every rank raises the
-            coordinator's error.
+            RemoteTensorsError: any other failure of the reads (a ``TransportError``, ...).
+                On a shared read, every rank raises the coordinator's error.
         """
+        if self._metadata is not None:
+            return self._metadata
         if not self._shares():
-            return self._read_here()
+            self._metadata = self._read_here()
+            return self._metadata
         import torch.distributed as dist
 
         group = self._group
@@ -206,8 +213,8 @@ class StorageReader(_StorageReader):
             raise failure
         if kind == "error":
             raise value
-        metadata: Metadata = value
-        return metadata
+        self._metadata = value
+        return value  # type: ignore[no-any-return]
 
     def set_up_storage_reader(
         self, metadata: Metadata, is_coordinator: bool, *args: Any, **kwargs: Any
@@ -251,8 +258,8 @@ class StorageReader(_StorageReader):
             CheckpointMismatchError: an item's box outside its stored chunk, or a tensor of
                 another shape than the box.
             RemoteFileChangedError: a file changed since its header was read.
-            RemoteTensorsError: an item that is not a tensor (DCP's ``BYTE_IO``).
-            and whatever the source raises.
+            RemoteTensorsError: an item that is not a tensor (DCP's ``BYTE_IO``), or any
+                other failure of the reads (a ``TransportError``, ...).
         """
         storage = self._storage_or_raise()
         for item in plan.items:
