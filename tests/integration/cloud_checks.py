@@ -13,12 +13,17 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import pytest
 import safetensors.numpy
 
 import remotetensors as rt
 from remotetensors.cli import main
+from remotetensors.sources.base import ByteSource
+from remotetensors.sources.fsspec import FsspecSource
 from tests import minilm
 from tests.emulators import Azurite, FakeGcs, Logged
+from tests.integration.source_conformance import Replace, SourceTests
+from tests.reference import write_reference
 
 SLACK_BYTES = 64 * 1024
 """What a read may move beyond the bytes asked for (the first window's look-ahead)."""
@@ -58,6 +63,63 @@ class Store:
         return self.emulator.reads(self.emulator.since(mark))
 
 
+class StoreSourceTests(SourceTests):
+    """The conformance suite over one object of a :class:`Store` (a subclass's autouse
+    fixture sets ``store``), and what each read asks of the emulator."""
+
+    store: Store
+    container: str
+
+    async def make(self, data: bytes) -> tuple[ByteSource, Replace]:
+        self.container = self.store.new("conformance")
+        self.store.put(self.container, "file.bin", data)
+        url = self.store.url(self.container, "file.bin")
+        return FsspecSource(url, storage_options=self.store.options()), self._replace
+
+    def _replace(self, new: bytes) -> None:
+        self.store.put(self.container, "file.bin", new)
+
+    async def missing(self) -> ByteSource:
+        url = self.store.url(self.store.new("conformance"), "absent.bin")
+        return FsspecSource(url, storage_options=self.store.options())
+
+    async def what_each_read_asks(self) -> tuple[str | None, list[Logged]]:
+        """Open a 5000-byte object (100 bytes), read ``[500, 600)`` and ``[4000, 5000)``:
+        ``(the version opened, the data reads logged)``, after checking that no metadata was
+        asked."""
+        source, _ = await self.make(b"x" * 5000)
+        mark = self.store.mark()
+        try:
+            prefix = await source.open_prefix(100)
+            await source.read(500, 600)
+            await source.read(4000, 5000)
+        finally:
+            await source.aclose()
+        data, metadata = self.store.since(mark)
+        assert metadata == []
+        return prefix.validator, data
+
+
+def a_rewrite_between_open_and_read(store: Store, *, versioned: bool = False) -> None:
+    """A 128 KiB tensor (beyond the first window) whose file is rewritten (same size, other
+    values) after its first rows were read: reading it whole raises RemoteFileChangedError
+    naming the location, or (``versioned``: the version opened stays readable) gives the old
+    values, all of them; never a mix."""
+    old = {"w": np.arange(32768, dtype=np.float32)}
+    container = store.new("rewrite")
+    store.put(container, "m.safetensors", write_reference(old))
+    url = store.url(container, "m.safetensors")
+    with rt.safe_open(url, storage_options=store.options()) as f:
+        np.testing.assert_array_equal(f.get_slice("w")[:10], old["w"][:10])
+        store.put(container, "m.safetensors", write_reference({"w": -old["w"]}))
+        if versioned:
+            np.testing.assert_array_equal(f.get_tensor("w"), old["w"])
+            return
+        with pytest.raises(rt.RemoteFileChangedError, match="changed since it was opened") as err:
+            f.get_tensor("w")
+        assert url in str(err.value)
+
+
 @dataclass(frozen=True)
 class ModelReads:
     """What reading every tensor of all-MiniLM-L6-v2 one by one after the open cost.
@@ -68,6 +130,8 @@ class ModelReads:
         data: data requests logged after the open.
         most_for_one: the most data requests one tensor took.
         received: bytes received at the client after the open.
+        logged: bytes the emulator logged as sent after the open (0 for fake-gcs-server's
+            media downloads).
         file_bytes: the file's tensor bytes.
     """
 
@@ -76,12 +140,15 @@ class ModelReads:
     data: int
     most_for_one: int
     received: int
+    logged: int
     file_bytes: int
 
 
 def read_the_model_tensor_by_tensor(store: Store) -> ModelReads:
     """Every tensor of all-MiniLM-L6-v2 (104, one of 46.9 MB) read one by one through
-    ``open_model``; each must equal what the reference reader reads from the same bytes."""
+    ``open_model``: each equals what the reference reader reads from the same bytes, and after
+    the open not one metadata request is logged, nor more than one data read per tensor part,
+    nor more bytes than the tensors hold (the first window's tensors came with the open)."""
     container = store.new("minilm")
     files = minilm.files()
     for name, content in files.items():
@@ -95,14 +162,20 @@ def read_the_model_tensor_by_tensor(store: Store) -> ModelReads:
             np.testing.assert_array_equal(m.get_tensor(name), reference[name], err_msg=name)
             most = max(most, len(store.since(before)[0]))
         data, metadata = store.since(opened)
-        return ModelReads(
+        reads = ModelReads(
             len(m.keys()),
             len(metadata),
             len(data),
             most,
             m.traffic.bytes - received,
+            sum(e.sent for e in data),
             sum(array.nbytes for array in reference.values()),
         )
+    assert reads.tensors == 104
+    assert reads.metadata == 0
+    assert reads.tensors - 1 <= reads.data <= reads.tensors + 2  # the embedding in 3 parts
+    assert reads.received <= reads.file_bytes
+    return reads
 
 
 def slice_moves_its_bytes(store: Store) -> tuple[int, int, list[Logged]]:
