@@ -251,3 +251,44 @@ def reopened(store: Store, location: str) -> tuple[list[Logged], list[Logged]]:
     with rt.open_model(location, storage_options=store.options()):
         pass
     return of_file(store.since(mark), name)
+
+
+async def a_recipe_reopens_the_version(store: Store) -> None:
+    """A source's recipe (what another process opens: Dask workers, torch ranks) opens the
+    same version, and refuses a rewritten object."""
+    from remotetensors.sources.reopen import reopen
+
+    container = store.new("recipe")
+    store.put(container, "f.bin", b"x" * 100)
+    source = FsspecSource(store.url(container, "f.bin"), storage_options=store.options())
+    await source.open_prefix(10)
+    recipe = source.recipe()
+    await source.aclose()
+    again = await reopen(recipe)
+    try:
+        assert await again.read(20, 25) == b"xxxxx"
+    finally:
+        await again.aclose()
+    store.put(container, "f.bin", b"y" * 100)
+    with pytest.raises(rt.RemoteFileChangedError, match="changed since it was opened"):
+        await reopen(recipe)
+
+
+def offline_a_kept_object_opens_without_a_request(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Offline (``HF_HUB_OFFLINE=1``), a kept object's header opens from the cache with no
+    request; one never kept raises OfflineError naming it."""
+    container = store.new("offline")
+    store.put(container, "m.safetensors", write_reference({"w": np.ones(6, np.int8)}))
+    url = store.url(container, "m.safetensors")
+    with rt.safe_open(url, storage_options=store.options()) as f:
+        assert f.keys() == ["w"]
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    mark = store.mark()
+    with rt.safe_open(url, storage_options=store.options()) as f:
+        assert (f.traffic.requests, f.keys()) == (0, ["w"])
+    assert store.since(mark) == ([], [])
+    other = store.url(container, "other.safetensors")
+    with pytest.raises(rt.OfflineError, match=other):
+        rt.safe_open(other, storage_options=store.options())

@@ -15,9 +15,11 @@ from tests.integration.cloud_checks import (
     SLACK_BYTES,
     Store,
     StoreSourceTests,
+    a_recipe_reopens_the_version,
     a_rewrite_between_open_and_read,
     cache_entries,
     of_file,
+    offline_a_kept_object_opens_without_a_request,
     read_the_model_tensor_by_tensor,
     reopened,
     slice_moves_its_bytes,
@@ -108,3 +110,13 @@ def test_a_version_id_in_the_location_is_asked_for(store: Store) -> None:
     assert data
     assert all(e.target.endswith(f"?versionid={version}") for e in data)
     assert reopened(store, url) == ([], [])  # a named version is served from the cache
+
+
+async def test_a_recipe_reopens_the_version(store: Store) -> None:
+    await a_recipe_reopens_the_version(store)
+
+
+def test_offline_a_kept_object_opens_without_a_request(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    offline_a_kept_object_opens_without_a_request(store, monkeypatch)

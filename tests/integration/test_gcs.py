@@ -16,9 +16,11 @@ from tests.integration.cloud_checks import (
     SLACK_BYTES,
     Store,
     StoreSourceTests,
+    a_recipe_reopens_the_version,
     a_rewrite_between_open_and_read,
     cache_entries,
     of_file,
+    offline_a_kept_object_opens_without_a_request,
     read_the_model_tensor_by_tensor,
     reopened,
     slice_moves_its_bytes,
@@ -129,3 +131,13 @@ def test_a_cached_object_reopens_without_a_data_request(
         assert sorted(m.keys()) == ["old"]
     data, metadata = of_file(store.since(mark), "m.safetensors")
     assert [len(data), len(metadata)] == [1, 1]  # the revalidation, then the new version
+
+
+async def test_a_recipe_reopens_the_version(store: Store) -> None:
+    await a_recipe_reopens_the_version(store)
+
+
+def test_offline_a_kept_object_opens_without_a_request(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    offline_a_kept_object_opens_without_a_request(store, monkeypatch)
