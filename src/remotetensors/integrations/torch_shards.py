@@ -104,7 +104,7 @@ def read_placements(placements: Sequence[Any], info: TensorInfo, name: str) -> t
             read.append(placement)
         else:
             raise FrameworkError(
-                f"{name}: a DTensor placed {placement} cannot be filled from a checkpoint "
+                f"{name}: a DTensor placed {placement!r} cannot be filled from a checkpoint "
                 "(only Shard(d) and Replicate() can); load it replicated and redistribute"
             )
     return tuple(read)
