@@ -98,11 +98,11 @@ class Emulator:
         Raises:
             FileNotFoundError: not installed; RuntimeError: it exited or never answered.
         """
-        log = self.log_path.open("wb")
-        self._process = subprocess.Popen(
-            self.command(), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
-        )
-        log.close()
+        command = self.command()
+        with self.log_path.open("wb") as log:
+            self._process = subprocess.Popen(
+                command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+            )
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             if self._process.poll() is not None:
