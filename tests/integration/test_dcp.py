@@ -323,6 +323,16 @@ def test_the_contract_step_by_step(llama: Path, served: tuple[str, Log]) -> None
         assert torch.equal(state[name], tensor), name
 
 
+def test_a_checkpoint_id_given_to_dcp_load_is_read(llama: Path) -> None:
+    """``dcp.load(checkpoint_id=...)`` resets the reader to that location."""
+    reader = StorageReader(llama / "elsewhere")
+    state = _state(llama)
+    load(state, checkpoint_id=str(llama), storage_reader=reader, no_dist=True)
+    assert reader.location == str(llama)
+    for name, tensor in reference_tensors(str(llama)).items():
+        assert torch.equal(state[name], tensor), name
+
+
 def test_dtypes_conversions_and_the_memory_bound(tmp_path: Path) -> None:
     """BF16 and F8 land as they are or converted; a tensor larger than the bound is read in
     pieces, each within it; a box not contiguous in its tensor is staged."""
