@@ -67,6 +67,7 @@ from ..errors import (
 from ..redact import redact_text, redact_url, url_secrets
 from .base import ByteSource, Prefix, Suffix
 from .cache.offline import offline, offline_error
+from .gcs import http_status
 from .http.answer import Failed, follow
 from .http.policy import carried, origin
 from .pinned import PinnedObject, StoredObject
@@ -595,8 +596,9 @@ class FsspecSource(ByteSource):
             )
         # The backend's own words may quote the URL or path with its query: redacted too.
         said = redact_text(str(exc), secrets=self._secrets)
-        # azure-core's errors carry a status_code, gcsfs's a code; neither is an OSError.
-        status = getattr(exc, "status_code", None) or getattr(exc, "code", None)
+        # azure-core's errors carry a status_code, gcsfs's HttpError a code; neither is an
+        # OSError.
+        status = getattr(exc, "status_code", None) or http_status(exc)
         if isinstance(exc, FileNotFoundError) or status == 404:
             return NotFoundError(f"{self._url}: not found ({said})")
         if isinstance(exc, PermissionError) or status in (401, 403):

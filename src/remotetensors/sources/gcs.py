@@ -27,7 +27,16 @@ from .pinned import Answer, PinnedObject, StoredObject
 if TYPE_CHECKING:
     import fsspec
 
-__all__ = ["GcsObject", "is_gcs"]
+__all__ = ["GcsObject", "http_status", "is_gcs"]
+
+
+def http_status(exc: BaseException) -> int | None:
+    """The HTTP status of gcsfs's ``HttpError`` (its ``code``), else None. Other errors are not
+    asked for a ``code``: aiohttp's warn on that name."""
+    if type(exc).__name__ != "HttpError":
+        return None
+    code = getattr(exc, "code", None)
+    return code if isinstance(code, int) else None
 
 
 def is_gcs(fs: fsspec.AbstractFileSystem) -> bool:
@@ -71,7 +80,7 @@ class GcsObject(PinnedObject):
         try:
             headers, data = await self._get(ranged, self._named)
         except Exception as exc:
-            if getattr(exc, "code", None) != 416:
+            if http_status(exc) != 416:
                 raise
             # No byte 0: an empty object. Its generation from its metadata.
             size, latest = await self.current()
