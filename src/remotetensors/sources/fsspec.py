@@ -65,9 +65,10 @@ from ..errors import (
     TransportError,
 )
 from ..redact import redact_text, redact_url, url_secrets
+from .azure import AzureBlob, is_azure
 from .base import ByteSource, Prefix, Suffix
 from .cache.offline import offline, offline_error
-from .gcs import http_status
+from .gcs import GcsObject, http_status, is_gcs
 from .http.answer import Failed, follow
 from .http.policy import carried, origin
 from .pinned import PinnedObject, StoredObject
@@ -648,9 +649,6 @@ def _http_guard(named: str, shown: str) -> Middleware:
 def _pinned_object(fs: fsspec.AbstractFileSystem, path: str, shown: str) -> PinnedObject | None:
     """The object that reads a GCS object or Azure blob at its version, or None: another
     filesystem, or a path that names a bucket or container (opening it fails as a folder's)."""
-    from .azure import AzureBlob, is_azure
-    from .gcs import GcsObject, is_gcs
-
     try:
         if is_gcs(fs):
             return GcsObject(fs, path, shown)
