@@ -19,6 +19,7 @@ Usage: python benchmarks/server.py FOLDER LATENCY_MS -> prints the port, serves 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import os
 import sys
@@ -89,7 +90,15 @@ def build(folder: Path, latency_ms: float) -> web.Application:
         info = request.match_info
         root = folder / info["org"] / info["name"]
         entries = [
-            {"type": "file", "path": str(p.relative_to(root)), "size": p.stat().st_size}
+            {
+                "type": "file",
+                "path": str(p.relative_to(root)),
+                "size": p.stat().st_size,
+                # A stand-in for the git blob id, which huggingface_hub's listing requires.
+                "oid": hashlib.sha1(
+                    f"{p.relative_to(root)}:{p.stat().st_size}".encode()
+                ).hexdigest(),
+            }
             for p in sorted(root.rglob("*"))
             if p.is_file()
         ]
@@ -98,9 +107,15 @@ def build(folder: Path, latency_ms: float) -> web.Application:
     async def revision(request: web.Request) -> web.Response:
         # The commit a revision names now: one commit for every repo here.
         info = request.match_info
-        if not (folder / info["org"] / info["name"]).is_dir():
+        root = folder / info["org"] / info["name"]
+        if not root.is_dir():
             return web.Response(status=404, headers={"X-Error-Code": "RepoNotFound"})
-        return web.json_response({"sha": "0" * 40}, headers={"X-Repo-Commit": "0" * 40})
+        # The files, as the hub lists them (``snapshot_download`` downloads these).
+        siblings = [
+            {"rfilename": str(p.relative_to(root))} for p in sorted(root.rglob("*")) if p.is_file()
+        ]
+        body = {"id": f"{info['org']}/{info['name']}", "sha": "0" * 40, "siblings": siblings}
+        return web.json_response(body, headers={"X-Repo-Commit": "0" * 40})
 
     app = web.Application(middlewares=[delay])
     app.on_response_prepare.append(on_prepare)
