@@ -381,6 +381,41 @@ def _item(fqn: str, offsets: list[int], lengths: list[int]) -> ReadItem:
     )
 
 
+def test_what_a_read_holds_stays_within_the_bound(tmp_path: Path) -> None:
+    """A 4 MiB tensor converted on the way (staged) under a 256 KiB bound: the buffers that
+    the read allocates (numpy's, which tracemalloc sees: staging, scratch, requests) peak at
+    the bound, plus the plan's own small objects."""
+    import tracemalloc
+
+    torch.manual_seed(2)
+    big = torch.randn(1024, 1024)
+    save_file({"big": big}, tmp_path / "model.safetensors")
+    bound = 256 * 1024
+    reader = StorageReader(tmp_path, max_in_flight_bytes=bound)
+    reader.read_metadata()
+    wider = torch.zeros(1024, 1024, dtype=torch.float64)
+    tracemalloc.start()
+    try:
+        load({"big": wider}, storage_reader=reader, no_dist=True)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert torch.equal(wider, big.to(torch.float64))
+    assert peak <= bound + 128 * 1024
+
+
+def test_a_file_changed_since_its_header_was_read_is_refused(tmp_path: Path) -> None:
+    save_file({"w": torch.zeros(4, 4)}, tmp_path / "model.safetensors")
+    reader = StorageReader(tmp_path)
+    reader.read_metadata()
+    save_file({"w": torch.ones(8, 4)}, tmp_path / "model.safetensors")
+    with pytest.raises(CheckpointException) as raised:
+        load({"w": torch.zeros(4, 4)}, storage_reader=reader, no_dist=True)
+    failure = raised.value.failures[0]  # (the error, its traceback) as torch wraps it
+    assert isinstance(failure[0], rt.RemoteFileChangedError)
+    assert "changed since it was opened" in str(failure[0])
+
+
 def test_errors_say_what_is_wrong(llama: Path, tmp_path: Path) -> None:
     # No checkpoint at the location.
     with pytest.raises(rt.NotFoundError):

@@ -273,8 +273,8 @@ class StorageReader(_StorageReader):
         )
         left = collections.Counter(piece.request for piece in pieces)
         job = _Job(self, storage, planner, plan.items)
-        run_sync(job.open({piece.chunk.file for piece in pieces}))
         try:
+            run_sync(job.open({piece.chunk.file for piece in pieces}))
             for group in batches(pieces, max_bytes=self.max_in_flight_bytes):
                 reads = [job.prepare(piece) for piece in group]
                 run_sync(job.fetch(reads))
