@@ -49,6 +49,9 @@ class Store:
         """Write an object; returns its version (generation or ETag)."""
         return self.emulator.put(container, key, data)
 
+    def delete(self, container: str, key: str) -> None:
+        self.emulator.delete(container, key)
+
     def url(self, container: str, key: str = "") -> str:
         return f"{self.scheme}://{container}/{key}"
 
@@ -118,6 +121,19 @@ def a_rewrite_between_open_and_read(store: Store, *, versioned: bool = False) ->
         with pytest.raises(rt.RemoteFileChangedError, match="changed since it was opened") as err:
             f.get_tensor("w")
         assert url in str(err.value)
+
+
+def a_deletion_between_open_and_read(store: Store) -> None:
+    """An object deleted after the open: the next read raises RemoteFileChangedError (the
+    version opened is gone: GCS answers 404 at its generation, Azurite 412 to If-Match), not
+    NotFoundError nor bytes of anything else."""
+    container = store.new("deleted")
+    store.put(container, "m.safetensors", write_reference({"w": np.arange(32768, dtype=np.int32)}))
+    url = store.url(container, "m.safetensors")
+    with rt.safe_open(url, storage_options=store.options()) as f:
+        store.delete(container, "m.safetensors")
+        with pytest.raises(rt.RemoteFileChangedError, match="changed since it was opened"):
+            f.get_tensor("w")
 
 
 @dataclass(frozen=True)

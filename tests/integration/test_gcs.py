@@ -16,6 +16,7 @@ from tests.integration.cloud_checks import (
     SLACK_BYTES,
     Store,
     StoreSourceTests,
+    a_deletion_between_open_and_read,
     a_recipe_reopens_the_version,
     a_rewrite_between_open_and_read,
     cache_entries,
@@ -141,3 +142,7 @@ def test_offline_a_kept_object_opens_without_a_request(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     offline_a_kept_object_opens_without_a_request(store, monkeypatch)
+
+
+def test_a_deletion_between_open_and_read_is_refused(store: Store) -> None:
+    a_deletion_between_open_and_read(store)
