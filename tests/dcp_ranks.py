@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 from safetensors import safe_open
+from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
 from torch.distributed.checkpoint.hf_storage import HuggingFaceStorageWriter
 from torch.distributed.checkpoint.state_dict_loader import load
@@ -65,6 +66,7 @@ class Outcome:
     data_requests: int
     data_bytes: int
     extra_untouched: bool
+    error: str
 
 
 def reference_tensors(folder: str) -> dict[str, torch.Tensor]:
@@ -116,7 +118,11 @@ def _load_case(rank: int, case: Case) -> Outcome:
         options=case.options,
         http_options=HttpOptions(headers={"X-Rank": str(rank), "X-Case": case.name}),
     )
-    load(state, storage_reader=reader, planner=DefaultLoadPlanner(allow_partial_load=True))
+    error = ""
+    try:
+        load(state, storage_reader=reader, planner=DefaultLoadPlanner(allow_partial_load=True))
+    except CheckpointException as exc:  # every rank raises, with the coordinator's error
+        error = f"{type(exc.failures[rank][0]).__name__}: {exc.failures[rank][0]}"
     wrong = [name for name in expected if not torch.equal(state[name].to_local(), expected[name])]
     local = sum(t.numel() * t.element_size() for t in expected.values())
     return Outcome(
@@ -129,4 +135,5 @@ def _load_case(rank: int, case: Case) -> Outcome:
         reader.data_traffic.requests,
         reader.data_traffic.bytes,
         bool(torch.equal(state[EXTRA], torch.full((3,), 7.0))),
+        error,
     )

@@ -167,11 +167,19 @@ def test_two_ranks_from_http_the_hub_s3_and_dcp_written_files(
         Case("hub", "hf://org/llama", str(llama), (2,)),
         Case("s3", "s3://dcp-bucket/llama/", str(llama), (2,)),
         Case("written", str(written), str(llama), (2,), save_first=str(written)),
+        Case("missing", f"{url}/nothing/", str(llama), (2,)),
     ]
     outcomes = run_job(2, load_cases, cases)
     by_case = {c.name: [o[i] for o in outcomes] for i, c in enumerate(cases)}
-    for case in cases:
+    for case in cases[:-1]:
         _assert_loaded(by_case[case.name], 2)
+
+    # No checkpoint there: the coordinator's error, on every rank (torch words it "global
+    # metadata read failed: <ours>"); the other rank never asked the server.
+    for outcome in by_case["missing"]:
+        assert f"{url}/nothing/: no model here" in outcome.error, outcome.error
+    asked = {e.headers.get("X-Rank") for e in log.entries if e.headers.get("X-Case") == "missing"}
+    assert asked == {"0"}
 
     # Plain HTTP, no hole fetched: each rank's data bytes are exactly its local shards'.
     counts = _per_rank(log, "http", llama)
