@@ -51,7 +51,7 @@ sys.path[:0] = [str(HERE), str(HERE.parent)]
 from run import machine, serving, table  # noqa: E402  (the benchmarks' server, own process)
 
 REPO = "bench/tp-llama"
-CONFIG = {
+CONFIG: dict[str, Any] = {
     "vocab_size": 8192,
     "hidden_size": 1024,
     "intermediate_size": 4096,
@@ -93,7 +93,7 @@ def tp_module(world: int) -> Any:
     plan = {f"model.{k}": styles[v]() for k, v in config.base_model_tp_plan.items()}
     plan.update({k: styles[v]() for k, v in LlamaForCausalLM._tp_plan.items()})
     with init_empty_weights():
-        module = LlamaForCausalLM(config).eval()
+        module: Any = LlamaForCausalLM(config)
     return parallelize_module(module, init_device_mesh("cpu", (world,)), plan)
 
 
@@ -128,8 +128,9 @@ def rank_main(rank: int, world: int, port: int, job: dict[str, Any], out: str) -
         HF_ENDPOINT=job["urls"][rank],
         REMOTETENSORS_CACHE=job["caches"][rank],
     )
-    import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint import DefaultLoadPlanner
+    from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
+    from torch.distributed.checkpoint.hf_storage import HuggingFaceStorageReader
+    from torch.distributed.checkpoint.state_dict_loader import load
 
     import remotetensors as rt
     from remotetensors.dcp import StorageReader
@@ -144,17 +145,16 @@ def rank_main(rank: int, world: int, port: int, job: dict[str, Any], out: str) -
     began = time.perf_counter()
     if method == "download + torch's reader":
         from huggingface_hub import snapshot_download
-        from torch.distributed.checkpoint import HuggingFaceStorageReader
 
-        where = [None]
+        where: list[Any] = [None]
         if rank == 0:
             where = [snapshot_download(REPO, cache_dir=job["download"], token=False)]
         dist.broadcast_object_list(where, src=0)
-        reader = HuggingFaceStorageReader(where[0])
-        dcp.load(module.state_dict(), storage_reader=reader, planner=planner)
+        theirs = HuggingFaceStorageReader(where[0])
+        load(module.state_dict(), storage_reader=theirs, planner=planner)
     elif method == "remotetensors dcp":
-        reader = StorageReader(f"hf://{REPO}", token=False)
-        dcp.load(module.state_dict(), storage_reader=reader, planner=planner)
+        ours = StorageReader(f"hf://{REPO}", token=False)
+        load(module.state_dict(), storage_reader=ours, planner=planner)
     else:
         rt.load_into(module, f"hf://{REPO}", token=False)
     dist.barrier()
@@ -182,7 +182,8 @@ def one_run(world: int, servers: list[Any], folder: Path, method: str) -> dict[s
         }
         for server in servers:
             server.stats()  # resets the counts
-        mp.start_processes(
+        spawn: Any = getattr(mp, "start_processes")  # noqa: B009 (untyped, unexported in the stubs)
+        spawn(
             rank_main,
             args=(world, free_port(), job, scratch),
             nprocs=world,
