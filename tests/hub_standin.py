@@ -124,6 +124,7 @@ class HubStandIn:
         self.rate_limit: tuple[int, float] | None = None
         self.rate_limits: dict[str, tuple[int, float]] = {}
         self.throttled = 0
+        self.throttled_at: list[float] = []  # time.monotonic() of each 429
         self._windows: dict[str, tuple[float, int]] = {}  # bucket -> (start, requests counted)
         self.faults: list[tuple[str, int, dict[str, str]]] = []
         self.before: Callable[[str], Awaitable[None]] | None = None
@@ -308,6 +309,7 @@ class HubStandIn:
         headers = {"RateLimit-Policy": policy}
         if used >= quota:
             self.throttled += 1
+            self.throttled_at.append(now)
             headers["RateLimit"] = f'"{bucket}";r=0;t={math.ceil(reset)}'
             headers["Retry-After"] = str(math.ceil(reset))
             return headers

@@ -223,6 +223,10 @@ async def _at_folder(
     visit = await hub_onecall.plan_visit(place, single_name, index_name)
     call = visit.call
     single_task = asyncio.ensure_future(_open(place, single_name, opened, options, framework))
+    if visit.sparing:  # the hub's buckets run low: nothing a single-file repo does not need
+        await _all_settled([single_task])
+        if single_task.exception() is None:
+            return _weights(_single(single_name, single_task.result()))
     meta_task = asyncio.ensure_future(hub_onecall.ask(call, index_name)) if call else None
     index_task = (
         None
@@ -230,10 +234,17 @@ async def _at_folder(
         else asyncio.ensure_future(_read_shard_index(place, index_name))
     )
     tasks = [t for t in (single_task, meta_task, index_task) if t is not None]
-    await _all_settled(tasks)
+    await _all_settled([single_task])
+    others = [t for t in tasks if t is not single_task]
     single_error = single_task.exception()
     if single_error is None:
+        # The single file is the model: what the others ask is not needed, and a request
+        # still waiting for a rate limit is not sent.
+        for task in others:
+            task.cancel()
+        await asyncio.gather(*others, return_exceptions=True)
         return _weights(_single(single_name, single_task.result()))
+    await _all_settled(others)
     if index_task is None and visit.single_kept:
         raise single_error  # kept at the commit, yet it failed: no index to fall back on
     index_error = index_task.exception() if index_task is not None else None

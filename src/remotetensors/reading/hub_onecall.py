@@ -43,10 +43,12 @@ from ..sources.hub.api import (
     MetadataAnswer,
     endpoint_support,
     fetch_sharded_metadata,
+    is_kept,
     keep_answer,
     names_commits,
 )
 from ..sources.hub.repo import hub_status_error
+from ..sources.ratelimit import limiter_for
 from ..sources.resolve import HubPlace
 from .file import AsyncTensorFile, AsyncTensorSlice, TensorPiece
 
@@ -56,6 +58,7 @@ if TYPE_CHECKING:
     from ..formats.index_json import ShardIndex
     from ..options import ReadOptions
     from ..sources.base import ByteSource
+    from ..sources.hub.repo import HubRepo
     from ..sources.resolve import Place
 
 log = logging.getLogger(__name__)
@@ -115,6 +118,15 @@ class Visit:
 
     call: OneCall | None
     single_kept: bool = False
+    sparing: bool = False
+    """The hub's buckets are running low (:data:`SPARE_BELOW`): ask for the single file
+    first, and for the index and the endpoint only if it is not there (two rounds for a sharded
+    model, but no request a single-file repo does not need)."""
+
+
+SPARE_BELOW = 0.5
+"""Share of a rate-limit bucket's quota below which discovery spares requests (see
+:class:`Visit`)."""
 
 
 async def plan_visit(place: Place, single_name: str, index_name: str) -> Visit:
@@ -133,7 +145,32 @@ async def plan_visit(place: Place, single_name: str, index_name: str) -> Visit:
         return Visit(None, single_kept=True)
     if call is not None and repo.kept_kind(place.path.child(index_name).path) == "absent":
         return Visit(None)
-    return Visit(call)
+    if call is not None and repo.warm and not repo.moved:
+        # A repo seen at this commit before: the endpoint's answer kept at it costs nothing;
+        # without it, the shards' headers come from what the cache holds of them.
+        if is_kept(repo, place.path.child(index_name).path):
+            return Visit(call)
+        return Visit(None)
+    api, resolvers = _rooms(repo, index_name)
+    sparing = min(api, resolvers) < SPARE_BELOW
+    if call is not None and api < resolvers:
+        # Spend the buckets, not the clock: with less of the api quota left than of the
+        # resolvers', a sharded model's headers come from range reads (resolvers) instead.
+        log.debug("%s: the api bucket has less room than resolvers; range reads", place)
+        return Visit(None, sparing=sparing)
+    return Visit(call, sparing=sparing)
+
+
+def _rooms(repo: HubRepo, index_name: str) -> tuple[float, float]:
+    """The share of the ``api`` and the ``resolvers`` quota left, as the hub's answers told
+    them (1.0 while a bucket is not known)."""
+    api = limiter_for(f"{repo.endpoint}/api/models/{repo.repo.repo_id}/safetensors-metadata/x")
+    resolvers = limiter_for(repo.url(index_name))
+    api_room, resolvers_room = api.room(), resolvers.room()
+    return (
+        1.0 if api_room is None else api_room,
+        1.0 if resolvers_room is None else resolvers_room,
+    )
 
 
 async def ask(call: OneCall, index_name: str) -> MetadataAnswer:

@@ -222,6 +222,52 @@ class _Bucket:
     quota: float | None = None
     window_seconds: float | None = None
     counts_requests: bool = True
+    remaining: float | None = None  # the last answer's r, less the requests sent since
+    reset_at: float | None = None  # the earliest end of the current window an answer said
+    opens_at: float = 0.0  # when the window that ``remaining`` counts opens
+    guessed: bool = False  # reset_at was guessed (a window ahead), no answer of it said yet
+
+    @property
+    def counted(self) -> bool:
+        """Whether requests are counted against a known quota (a named policy whose answers
+        said ``q``, ``r`` and ``t``): they then go while the window has room, never paced."""
+        return self.quota is not None and self.remaining is not None and self.reset_at is not None
+
+    def left(self, now: float) -> float | None:
+        """Requests estimated to remain now (the quota again once the window said ended);
+        None when no answer said."""
+        if self.reset_at is not None and now >= self.reset_at:
+            return self.quota
+        return self.remaining
+
+    def slot(self, start: float) -> float:
+        """The earliest time from ``start`` that a counted request may go: at once while the
+        window has room, else when it ends (then in the next one)."""
+        assert self.reset_at is not None
+        assert self.remaining is not None
+        if start >= self.reset_at or self.remaining >= 1:
+            return max(start, self.opens_at)
+        return self.reset_at + self.guard_seconds()
+
+    def guard_seconds(self) -> float:
+        """A little past a window's end before the next one's requests go: requests of the
+        last one still on their way must land in it, not in the next (2% of the window,
+        between 50 ms and a second)."""
+        return min(1.0, max(0.05, 0.02 * (self.window_seconds or 0.0)))
+
+    def take(self, start: float) -> None:
+        """Count a request sent at ``start`` (:meth:`slot`'s time) against the window."""
+        assert self.reset_at is not None
+        assert self.remaining is not None
+        if start >= self.reset_at:  # the next window: as full as the quota says
+            self.opens_at = self.reset_at + self.guard_seconds()
+            self.remaining = (self.quota or 1) - 1
+            self.reset_at += self.window_seconds or 0.0
+            self.guessed = True  # a server's window may open later: its answers say when
+            if self.reset_at <= start:  # windows went by unused
+                self.opens_at, self.reset_at = start, start + (self.window_seconds or 0.0)
+        else:
+            self.remaining = max(0.0, self.remaining - 1)
 
     def pace_seconds(self) -> float:
         """Seconds per request of the announced policy (window / quota), 0 when unknown."""
@@ -231,7 +277,10 @@ class _Bucket:
 
     def learn(self, remaining: float, reset_seconds: float, now: float) -> None:
         """Pace or block after an answer that left ``remaining`` until ``reset_seconds``."""
-        threshold = max((self.quota or 0) * SLOW_DOWN_BELOW_FRACTION, SLOW_DOWN_BELOW_REQUESTS)
+        quota = self.quota or 0
+        # A small quota (a scaled test's, a mirror's) is not paced for most of its window.
+        floor = SLOW_DOWN_BELOW_REQUESTS if not quota else min(SLOW_DOWN_BELOW_REQUESTS, quota / 4)
+        threshold = max(quota * SLOW_DOWN_BELOW_FRACTION, floor)
         if remaining <= 0:
             # Wait for the reset, then go at the policy's average pace: requests queued
             # meanwhile would otherwise all leave at the reset and exhaust it again.
@@ -286,12 +335,46 @@ class HostLimiter:
     def _start(self, route: str, *, reserve: bool) -> float:
         now = self._clock()
         buckets = [self._buckets[key] for key in self._keys_of(route) if key in self._buckets]
-        start = max([now, *(b.blocked_until for b in buckets), *(b.next_slot for b in buckets)])
+        start = max([now, *(b.blocked_until for b in buckets)])
+        for bucket in buckets:
+            start = max(start, bucket.slot(start) if bucket.counted else bucket.next_slot)
         if reserve:
             for bucket in buckets:
-                if bucket.interval_seconds:
+                if bucket.counted:
+                    bucket.take(start)
+                elif bucket.interval_seconds:
                     bucket.next_slot = start + bucket.interval_seconds
         return min(start - now, MAX_WAIT_SECONDS)
+
+    def room(self, route: str) -> float | None:
+        """The share of its quota that the fullest-used policy of ``route`` has left now (0 to
+        1; 0 while it waits for a reset), or None when no answer said (nothing is known)."""
+        with self._lock:
+            now = self._clock()
+            shares = []
+            for key in self._keys_of(route):
+                bucket = self._buckets.get(key)
+                if bucket is None:
+                    continue
+                left = bucket.left(now)
+                if now < bucket.blocked_until:
+                    left = 0.0
+                if left is not None and bucket.quota:
+                    shares.append(min(1.0, left / bucket.quota))
+            return min(shares) if shares else None
+
+    def quotas(self) -> dict[str, tuple[int, int]]:
+        """Each named policy that answers counted against: ``name -> (requests left now, its
+        quota)`` (estimates between answers: the last answer's count less the requests sent
+        since)."""
+        with self._lock:
+            now = self._clock()
+            out = {}
+            for (name, _), bucket in self._buckets.items():
+                left = bucket.left(now)
+                if name and left is not None and bucket.quota is not None:
+                    out[name] = (int(left), int(bucket.quota))
+            return out
 
     def _keys_of(self, route: str) -> tuple[_Key, ...]:
         return (*self._counted_against.get(route, ()), (UNNAMED_POLICY, route))
@@ -355,7 +438,24 @@ class HostLimiter:
             counted.append(key)
             reset = item.reset_seconds if item.reset_seconds is not None else bucket.window_seconds
             if reset is not None:
-                bucket.learn(item.remaining, reset, now)
+                # The window's end, as late as this answer says (the hub rounds ``t`` up to
+                # whole seconds): the earliest such bound seen in one window is the tightest,
+                # and the one waited for (a second late of a scaled 5 s window is a fifth).
+                ends = now + reset
+                known = bucket.reset_at
+                half = (bucket.window_seconds or 0.0) / 2
+                if known is None or ends > known + half:  # an answer of a later window
+                    bucket.reset_at, bucket.remaining = ends, item.remaining
+                    bucket.opens_at = min(bucket.opens_at, now)
+                elif ends >= known - half:  # the same window: the lowest count is the latest
+                    bucket.reset_at = ends if bucket.guessed else min(known, ends)
+                    bucket.remaining = min(bucket.remaining or 0.0, item.remaining)
+                bucket.guessed = False
+                # (else a late answer of an earlier window: it says nothing of this one)
+                if bucket.counted:  # counted, not paced: an empty window waits (_Bucket.slot)
+                    bucket.interval_seconds = 0.0
+                else:
+                    bucket.learn(item.remaining, reset, now)
         return tuple(counted)
 
     def _throttled(
@@ -420,6 +520,22 @@ class RouteLimiter:
     def policies(self) -> tuple[str, ...]:
         """The policies the last answer to this route counted against."""
         return self.host.policies_of(self.route)
+
+    def room(self) -> float | None:
+        """The share of its quota this route has left (see :meth:`HostLimiter.room`)."""
+        return self.host.room(self.route)
+
+
+def quotas_left() -> dict[str, tuple[int, int]]:
+    """Every host's named policies (the hub's ``api``, ``resolvers``...): ``"host policy" ->
+    (requests left now, quota)``, for a progress display."""
+    with _registry_lock:
+        limiters = list(_registry.values())
+    out = {}
+    for limiter in limiters:
+        for name, pair in limiter.quotas().items():
+            out[f"{limiter.host} {name}"] = pair
+    return out
 
 
 _registry: dict[str, HostLimiter] = {}

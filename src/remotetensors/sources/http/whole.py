@@ -90,9 +90,12 @@ async def get_whole(
     client: Client | None,
     options: HttpOptions,
     shown: str,
+    follow_redirects: bool = True,
 ) -> WholeAnswer:
     """GET ``url`` with ``headers``, retrying network failures, 408, 429 and 5xx as file reads
     are retried; ``shown`` names the request in messages and status events (its URLs redacted).
+    With ``follow_redirects`` False a redirect is the answer (its headers are what is wanted:
+    the hub's ``X-Repo-Commit``).
 
     ``client`` is shared with the caller's files (a new one is made and closed when None).
 
@@ -123,7 +126,8 @@ async def get_whole(
         while True:
             await limiter.acquire()
             try:
-                answer = await _within(_attempt(used, url, dict(headers), shown), deadline, shown)
+                attempt_once = _attempt(used, url, dict(headers), shown, hops=follow_redirects)
+                answer = await _within(attempt_once, deadline, shown)
             except _Failure as failure:
                 reason, wait, timed_out = failure.reason, None, failure.timed_out
             else:
@@ -170,8 +174,11 @@ def _deadline_passed(shown: str, options: HttpOptions, reason: str) -> RequestTi
     )
 
 
-async def _attempt(client: Client, url: str, headers: dict[str, str], shown: str) -> WholeAnswer:
-    """One GET of ``url``, its redirects followed: each hop with the headers its origin may see.
+async def _attempt(
+    client: Client, url: str, headers: dict[str, str], shown: str, *, hops: bool = True
+) -> WholeAnswer:
+    """One GET of ``url``, its redirects followed (unless ``hops`` is False): each hop with
+    the headers its origin may see.
 
     Raises:
         _Failure: no answer (to be retried).
@@ -189,7 +196,7 @@ async def _attempt(client: Client, url: str, headers: dict[str, str], shown: str
             sent["Accept-Encoding"] = "identity"
         answer = await _hop(client, hop, sent, shown, foreign)
         location = answer.headers.get("Location")
-        if answer.status not in REDIRECT_STATUSES or location is None:
+        if answer.status not in REDIRECT_STATUSES or location is None or not hops:
             return answer
         step = follow(hop, location, visited, shown)
         if isinstance(step, Failed):

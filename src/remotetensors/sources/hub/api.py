@@ -148,6 +148,12 @@ async def fetch_sharded_metadata(repo: HubRepo, index_path: str) -> MetadataAnsw
     return MetadataAnswer(status, None, commit, reason, headers=headers, url=answer.url)
 
 
+def is_kept(repo: HubRepo, index_path: str) -> bool:
+    """Whether the cache holds the endpoint's answer for ``index_path`` at the pinned commit
+    (no IO)."""
+    return _kept(repo, index_path, "") is not None
+
+
 def _kept(repo: HubRepo, index_path: str, url: str) -> MetadataAnswer | None:
     """The answer the cache keeps for the pinned commit, or None."""
     if repo.store is None or not repo.pinned:

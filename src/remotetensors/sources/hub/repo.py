@@ -46,6 +46,7 @@ from ..http.policy import headers_for
 from ..http.source import HttpSource
 from ..http.whole import get_whole
 from ..names import names_file
+from ..ratelimit import limiter_for
 from ..recipe import SourceRecipe
 from .listing import ListedFile, dump_listing, load_listing, page_files
 
@@ -64,6 +65,9 @@ MAX_LISTING_PAGES = 10_000
 _NEXT_LINK = re.compile(r'<([^>]*)>\s*;[^,]*?\brel\s*=\s*"?next"?', re.IGNORECASE)
 COMMIT = re.compile(r"^[0-9a-f]{40}$")
 """A commit sha: a revision that names itself, never asked for."""
+COMMIT_PROBE = "config.json"
+"""The file whose resolve answer tells a revision's commit through the ``resolvers`` bucket
+(see :meth:`HubRepo._ask_commit`): small, and read anyway when a model is counted."""
 
 _SHARED: ContextVar[dict[str, asyncio.Future[str | None]] | None] = ContextVar(
     "remotetensors_shared_revisions", default=None
@@ -207,6 +211,8 @@ class HubRepo:
         self.warm = False
         """Whether the cache held this revision's commit from an earlier visit: a file it does
         not hold at the commit is then looked up by content in the commit's listing."""
+        self.moved = False
+        """Whether the revision named another commit than the cache knew (pushed to since)."""
         options = http_options or HttpOptions()
         secret = resolve_token(token)
         if secret:
@@ -295,18 +301,65 @@ class HubRepo:
             return known
         if known is None:
             return None
-        commit = await self._ask_revision()
+        commit = await self._ask_commit()
         if commit != known:
+            self.moved = True
             self.store.put(key, {"kind": "ref", "shown": self.shown, "commit": commit})
         return commit
+
+    async def _ask_commit(self) -> str:
+        """The commit the revision names now, asked through the rate-limit bucket with room
+        left: the revision API (the hub's ``api`` bucket, :meth:`_ask_revision`) while it has
+        as large a share of its quota left as ``resolvers``, else the ``X-Repo-Commit`` of a
+        one-byte read of :data:`COMMIT_PROBE` at the revision (``resolvers``,
+        :meth:`_ask_by_resolve`). Before any answer said (nothing is known), the API."""
+        api = limiter_for(self._revision_url()).room()
+        resolvers = limiter_for(self.url(COMMIT_PROBE)).room()
+        if api is not None and resolvers is not None and resolvers > api:
+            commit = await self._ask_by_resolve()
+            if commit is not None:
+                return commit
+        return await self._ask_revision()
+
+    async def _ask_by_resolve(self) -> str | None:
+        """The ``X-Repo-Commit`` of ``GET resolve/{revision}/config.json`` with ``Range:
+        bytes=0-0``, its redirect not followed (the hub names the commit on its 206, its 302
+        and its 404 ``EntryNotFound`` alike); None when the answer names none (then the API is
+        asked).
+
+        Raises:
+            NotFoundError, PermissionDeniedError: the hub refuses the repo or revision.
+            TransportError, BadResponseError: as :func:`..http.whole.get_whole`.
+        """
+        url = f"{self.endpoint}/{_TYPE_PREFIXES[self.repo.repo_type]}{self.repo.repo_id}/resolve/"
+        url += f"{quote(self.asked, safe='')}/{COMMIT_PROBE}"
+        headers = {**self._options.headers, "Range": "bytes=0-0"}
+        answer = await get_whole(
+            url,
+            headers,
+            client=self._client,
+            options=self._options,
+            shown=self.shown,
+            follow_redirects=False,
+        )
+        code = answer.headers.get("X-Error-Code")
+        if answer.status >= 400 and code in ("RepoNotFound", "RevisionNotFound", "GatedRepo"):
+            raise hub_status_error(
+                self, answer.status, answer.url, answer.headers, shown=self.shown, path=""
+            )
+        commit = answer.headers.get("X-Repo-Commit")
+        return commit.strip() if commit and COMMIT.match(commit.strip()) else None
+
+    def _revision_url(self) -> str:
+        return (
+            f"{self.endpoint}/api/{self.repo.repo_type}/{self.repo.repo_id}/revision/"
+            f"{quote(self.asked, safe='')}?expand=sha"
+        )
 
     async def _ask_revision(self) -> str:
         """The commit the revision names now: one ``GET {endpoint}/api/{type}/{repo}/revision/
         {revision}?expand=sha`` (``sha`` of its JSON, else its ``X-Repo-Commit``)."""
-        url = (
-            f"{self.endpoint}/api/{self.repo.repo_type}/{self.repo.repo_id}/revision/"
-            f"{quote(self.asked, safe='')}?expand=sha"
-        )
+        url = self._revision_url()
         shown = self.shown
         answer = await get_whole(
             url, self._options.headers, client=self._client, options=self._options, shown=shown
