@@ -22,7 +22,7 @@ import pytest
 import remotetensors as rt
 from tests.distributed import run_job
 from tests.servers import Log, static_server
-from tests.torch_checkpoints import accelerate, torch, transformers
+from tests.torch_checkpoints import accelerate, safetensors_torch, torch, transformers
 
 KiB = 1024
 HEADER_SLACK = 1.1  # the goal: bytes per rank <= 1.1 x (its tensors) + the headers
@@ -405,3 +405,62 @@ def test_the_guide_example_runs_on_two_ranks(
             result.stdout
         )
         assert f"rank {rank}: 16 shards" in result.stdout  # 7 a layer, the embedding, the head
+
+
+MiB = 1024 * KiB
+WIDE = (2048, 8192)  # one column-wise and one row-wise linear of 64 MiB each (F32)
+
+
+def _status(field: str) -> int:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError(field)
+
+
+def _peak_memory(rank: int, world: int, url: str) -> dict[str, int]:
+    """One rank's peak resident growth (VmHWM, reset after the imports and a first open)
+    while load_into fills a column-wise and a row-wise linear."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        RowwiseParallel,
+        parallelize_module,
+    )
+
+    mesh = init_device_mesh("cpu", (world,))
+    with torch.device("meta"):
+        module = torch.nn.Sequential(
+            torch.nn.Linear(WIDE[0], WIDE[1], bias=False),
+            torch.nn.Linear(WIDE[1], WIDE[0], bias=False),
+        )
+    module = parallelize_module(module, mesh, {"0": ColwiseParallel(), "1": RowwiseParallel()})
+    rt.open_model(url).close()
+    try:
+        with open("/proc/self/clear_refs", "w") as refs:
+            refs.write("5")  # VmHWM back to the current resident set
+    except OSError:
+        return {}
+    before = _status("VmRSS")
+    rt.load_into(module, url, max_in_flight_bytes=8 * MiB)
+    shards: list[Any] = list(module.parameters())  # DTensors
+    local = sum(p.to_local().numel() * p.element_size() for p in shards)
+    return {"growth": _status("VmHWM") - before, "local": local}
+
+
+def test_peak_memory_per_rank(tmp_path: Path) -> None:
+    """A rank holds its shards, the bound, and while the row-wise weight's rows are exchanged
+    its box and one block of columns: (1 + 1/ranks) of that weight's share beyond the bound.
+    (DTensor's redistribute on gloo held the whole weight besides: 64 MiB more here.)"""
+    state = {"0.weight": torch.ones(WIDE[1], WIDE[0]), "1.weight": torch.ones(WIDE[0], WIDE[1])}
+    safetensors_torch.save_file(state, tmp_path / "model.safetensors")
+    del state
+    with static_server(tmp_path) as (url, _):
+        results = run_job(2, _peak_memory, f"{url}/model.safetensors")
+    if not results[0]:
+        pytest.skip("this kernel does not let a process reset its peak resident set")
+    share = WIDE[0] * WIDE[1] * 4 // 2  # the row-wise weight's share of one rank
+    for result in results:
+        allowed = result["local"] + 8 * MiB + share * 3 // 2 + 32 * MiB
+        assert result["growth"] <= allowed, (result["growth"] / MiB, allowed / MiB)
