@@ -29,6 +29,7 @@ import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from safetensors.numpy import save
@@ -44,6 +45,7 @@ def fleet(hub: HubStandIn, count: int) -> dict[str, int]:
     """``count`` repos: location -> parameters."""
     rng = np.random.default_rng(0)
     expected = {}
+    tensors: dict[str, np.ndarray[Any, Any]]
     for i in range(count):
         repo = f"bench/r{i}"
         if i % 3:
@@ -144,7 +146,7 @@ def main() -> None:
     os.environ["HF_HUB_CACHE"] = tempfile.mkdtemp(prefix="hf-hub2026-")
     os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
     os.environ.pop("HF_TOKEN", None)
-    hub_repo.resolve_token = lambda token: None  # type: ignore[assignment]
+    hub_repo.resolve_token = lambda token: None
     hub = HubStandIn("2026")
     os.environ["HF_ENDPOINT"] = hub.endpoint
     try:
@@ -154,7 +156,7 @@ def main() -> None:
         print(f"## {args.repos} repos at {args.latency_ms:g} ms per request\n")
         print("| tool | scan | time (s) | vs first | requests | per repo |")
         print("|---|---|---|---|---|---|")
-        first = None
+        first = 0.0
         for label, offline in (("first", False), ("second", False), ("offline", True)):
             hub.log.clear()
             if offline:
