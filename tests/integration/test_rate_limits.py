@@ -7,6 +7,7 @@ w=..`` and ``RateLimit: "api";r=..;t=..``), the API's requests counted against `
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -200,6 +201,15 @@ def test_a_scan_spends_both_buckets_and_keeps_within_the_quotas(hub_env: HubStan
     second = {r.location: r for r in rt.scan(expected, concurrency=16, options=options)}
     second_seconds = time.monotonic() - started
     assert {k: r.summary.by_dtype for k, r in second.items() if r.summary} == expected
+    # Each result shows the buckets' room (the command line's bar and summary line show it).
+    quotas = {
+        key.rsplit(" ", 1)[1]: pair
+        for key, pair in second[f"hf://quota/m{count - 1}"].quotas.items()
+    }
+    assert set(quotas) == {"api", "resolvers"}
+    assert quotas["api"][1] == 20
+    assert quotas["resolvers"][1] == 60
+    assert all(0 <= left <= quota for left, quota in quotas.values())
     buckets = _per_bucket(hub_env)
     assert sum(buckets.values()) <= count  # at most one request per repo
     assert buckets["api"]
@@ -207,3 +217,26 @@ def test_a_scan_spends_both_buckets_and_keeps_within_the_quotas(hub_env: HubStan
     bound = _quota_bound_seconds({"api": 0, "resolvers": 0}, flexible=count)
     assert second_seconds <= 1.1 * bound, (second_seconds, bound, buckets)
     _few_429s(hub_env, started)
+
+
+def test_the_command_line_shows_the_buckets_room(
+    hub_env: HubStandIn, capsys: pytest.CaptureFixture[str], tmp_path: Any
+) -> None:
+    from remotetensors.cli.app import main
+    from remotetensors.cli.scan import quota_fields
+
+    assert quota_fields(
+        {"https://hf.co api": (480, 500), "https://hf.co resolvers": (7, 3000)}
+    ) == {
+        "api": "480/500",
+        "resolvers": "7/3000",
+    }
+    hub_env.rate_limits = {"api": (500, 300), "resolvers": (3000, 300)}
+    for i in range(2):
+        data = write_reference({"w": np.ones(i + 1, np.int8)})
+        hub_env.add(f"org/m{i}", {"model.safetensors": data})
+    listed = tmp_path / "models.txt"
+    listed.write_text("hf://org/m0\nhf://org/m1\n")
+    assert main(["params", "--from-file", str(listed)]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"rate limits left: api \d+/500, resolvers \d+/3000\)", out), out

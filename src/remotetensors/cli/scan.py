@@ -92,19 +92,21 @@ def _report(results: Iterator[ScanResult], *, as_json: bool) -> int:
     rows: list[list[str]] = []
     done = failed = 0
     waited = 0.0
+    quotas: dict[str, tuple[int, int]] = {}
     started = time.perf_counter()
     try:
         for result in results:
             done += 1
             failed += not result.ok
             waited += result.waited_seconds
+            quotas = result.quotas or quotas
             if as_json:
                 print(json.dumps(result.as_dict()), flush=True)
             else:
                 rows.append(_row(result))
             if bar is not None:
                 bar.update(1)
-                bar.set_postfix(failed=failed, refresh=False)
+                bar.set_postfix(failed=failed, **quota_fields(result.quotas), refresh=False)
     finally:
         if bar is not None:
             bar.close()
@@ -116,13 +118,26 @@ def _report(results: Iterator[ScanResult], *, as_json: bool) -> int:
                 rows,
                 right=("params", "size", "files"),
             )
+        room = ", ".join(f"{name} {left}" for name, left in quota_fields(quotas).items())
         print(
             f"{done} location(s), {failed} failed, {elapsed:.1f} s"
             f"{f', {waited:.1f} s waiting for rate limits' if waited else ''}"
+            f"{f' (rate limits left: {room})' if room else ''}"
         )
     elif waited:
         print(f"remotetensors: waited {waited:.1f} s for rate limits", file=sys.stderr)
     return 1 if failed else 0
+
+
+def quota_fields(quotas: dict[str, tuple[int, int]]) -> dict[str, str]:
+    """The rate-limit buckets' room for the progress bar: ``{"api": "480/500", ...}`` (the
+    host named too when several hosts said)."""
+    hosts = {key.rsplit(" ", 1)[0] for key in quotas}
+    fields = {}
+    for key, (left, quota) in sorted(quotas.items()):
+        name = key.rsplit(" ", 1)[1] if len(hosts) == 1 else key
+        fields[name] = f"{left}/{quota}"
+    return fields
 
 
 def _row(result: ScanResult) -> list[str]:

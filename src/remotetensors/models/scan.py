@@ -43,7 +43,7 @@ from ..options import DEFAULT_SCAN_CONCURRENCY, ReadOptions
 from ..redact import redact_text, redact_url, url_secrets
 from ..sources.http.client import HttpOptions
 from ..sources.hub.repo import shared_revisions
-from ..sources.ratelimit import WaitTally, tally_waits
+from ..sources.ratelimit import WaitTally, quotas_left, tally_waits
 from ..sources.resolve import HubPlace, split_location
 from .model import load_model, warn_problems
 from .sync import run_sync
@@ -104,6 +104,9 @@ class ScanResult:
         error_type: the error's class name (``"NotFoundError"``, ``"HeaderError"``, ...).
         waited_seconds: time this location's requests spent waiting for rate limiters.
         elapsed_seconds: wall time from the start of its opening to its result.
+        quotas: the rate-limit policies the process's requests counted against (the hub's
+            ``api``, ``resolvers``...), as ``"scheme://host policy" -> (requests left, quota)``
+            when this result was made (estimates between answers; empty when no server said).
     """
 
     location: str
@@ -112,6 +115,7 @@ class ScanResult:
     error_type: str | None = None
     waited_seconds: float = 0.0
     elapsed_seconds: float = field(default=0.0, compare=False)
+    quotas: dict[str, tuple[int, int]] = field(default_factory=dict, compare=False)
 
     @property
     def ok(self) -> bool:
@@ -171,12 +175,14 @@ async def _one(location: str, scan_kwargs: dict[str, Any]) -> ScanResult:
             error_type=type(exc).__name__,
             waited_seconds=tally.seconds,
             elapsed_seconds=time.perf_counter() - started,
+            quotas=quotas_left(),
         )
     return ScanResult(
         shown,
         summary,
         waited_seconds=tally.seconds,
         elapsed_seconds=time.perf_counter() - started,
+        quotas=quotas_left(),
     )
 
 
