@@ -18,6 +18,7 @@ from safetensors import safe_open
 from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
 from torch.distributed.checkpoint.hf_storage import HuggingFaceStorageWriter
+from torch.distributed.checkpoint.planner import ReadItem
 from torch.distributed.checkpoint.state_dict_loader import load
 from torch.distributed.checkpoint.state_dict_saver import save
 from torch.distributed.device_mesh import init_device_mesh
@@ -43,6 +44,9 @@ class Case:
         options: the reader's read options.
         save_first: a folder to write the reference into first with DCP's own safetensors
             writer (``save_distributed=True``: each rank its ``Shard(0)`` chunks), read back.
+        exchange: the reader's ``exchange``.
+        fail_rank: a rank whose planner fails to give the norm's tensor (a read that fails
+            there, and not on the others).
     """
 
     name: str
@@ -51,6 +55,8 @@ class Case:
     mesh: tuple[int, ...]
     options: ReadOptions | None = None
     save_first: str | None = None
+    exchange: bool = True
+    fail_rank: int | None = None
 
 
 @dataclass(frozen=True)
@@ -117,10 +123,16 @@ def _load_case(rank: int, case: Case) -> Outcome:
         case.location,
         options=case.options,
         http_options=HttpOptions(headers={"X-Rank": str(rank), "X-Case": case.name}),
+        exchange=case.exchange,
+    )
+    planner = (
+        _FailingPlanner(allow_partial_load=True)
+        if rank == case.fail_rank
+        else DefaultLoadPlanner(allow_partial_load=True)
     )
     error = ""
     try:
-        load(state, storage_reader=reader, planner=DefaultLoadPlanner(allow_partial_load=True))
+        load(state, storage_reader=reader, planner=planner)
     except CheckpointException as exc:  # every rank raises, with the coordinator's error
         error = f"{type(exc.failures[rank][0]).__name__}: {exc.failures[rank][0]}"
     wrong = [name for name in expected if not torch.equal(state[name].to_local(), expected[name])]
@@ -137,3 +149,13 @@ def _load_case(rank: int, case: Case) -> Outcome:
         bool(torch.equal(state[EXTRA], torch.full((3,), 7.0))),
         error,
     )
+
+
+class _FailingPlanner(DefaultLoadPlanner):
+    """A planner that fails to give the final norm's tensor: this rank's read fails."""
+
+    def resolve_tensor(self, read_item: ReadItem) -> torch.Tensor:
+        if read_item.dest_index.fqn == "model.norm.weight":
+            raise RuntimeError("injected: this rank cannot take model.norm.weight")
+        tensor: torch.Tensor = super().resolve_tensor(read_item)
+        return tensor

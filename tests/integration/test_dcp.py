@@ -168,11 +168,18 @@ def test_two_ranks_from_http_the_hub_s3_and_dcp_written_files(
         Case("s3", "s3://dcp-bucket/llama/", str(llama), (2,)),
         Case("written", str(written), str(llama), (2,), save_first=str(written)),
         Case("missing", f"{url}/nothing/", str(llama), (2,)),
+        Case("failing", url, str(llama), (2,), fail_rank=1),
     ]
     outcomes = run_job(2, load_cases, cases)
     by_case = {c.name: [o[i] for o in outcomes] for i, c in enumerate(cases)}
-    for case in cases[:-1]:
+    for case in cases[:-2]:
         _assert_loaded(by_case[case.name], 2)
+
+    # A rank that fails to read: it raises its error, the other that it failed, and neither
+    # waits for an exchange the other will not join.
+    failing = {o.rank: o.error for o in by_case["failing"]}
+    assert "injected: this rank cannot take model.norm.weight" in failing[1]
+    assert "another rank failed to read its part" in failing[0]
 
     # No checkpoint there: the coordinator's error, on every rank (torch words it "global
     # metadata read failed: <ours>"); the other rank never asked the server.
@@ -181,12 +188,14 @@ def test_two_ranks_from_http_the_hub_s3_and_dcp_written_files(
     asked = {e.headers.get("X-Rank") for e in log.entries if e.headers.get("X-Case") == "missing"}
     assert asked == {"0"}
 
-    # Plain HTTP, no hole fetched: each rank's data bytes are exactly its local shards'.
+    # Plain HTTP, no hole fetched: each rank's data bytes are exactly its local shards', in a
+    # few requests (each Shard(1) weight read as rows, one range, then exchanged).
     counts = _per_rank(log, "http", llama)
     _assert_headers_once(counts, 3, 2)
     for outcome in by_case["http"]:
         row = counts[outcome.rank]
         assert row["data_bytes"] == outcome.local_bytes, outcome.rank
+        assert row["data_requests"] <= 20, outcome.rank
         assert outcome.data_bytes == row["data_bytes"] + PIN * row["pins"]
         # The probe for model.safetensors, the index, 3 headers: the coordinator alone.
         assert outcome.header_requests == (0 if outcome.rank else 5)
@@ -229,6 +238,9 @@ def test_four_ranks_on_one_and_two_dimensional_meshes(llama: Path, served: tuple
     cases = [
         Case("flat", url, str(llama), (4,), EXACT),
         Case("grid", url, str(llama), (2, 2)),
+        # Without the exchange, each Shard(1) box is read run by run: the same bytes, a
+        # request per row of each.
+        Case("plain", url, str(llama), (4,), EXACT, exchange=False),
     ]
     outcomes = run_job(4, load_cases, cases)
     stored = sum((llama / n).stat().st_size - _data_start(llama, n) for n in _shards(llama))
@@ -242,6 +254,7 @@ def test_four_ranks_on_one_and_two_dimensional_meshes(llama: Path, served: tuple
             assert outcome.data_bytes == row["data_bytes"] + PIN * row["pins"]
             if case.options is EXACT:
                 assert row["data_bytes"] == outcome.local_bytes, outcome.rank
+                assert (row["data_requests"] > 200) is (not case.exchange), outcome.rank
             else:
                 # Holes of up to 32 KiB (the default max_gap_bytes) between the runs of the
                 # boxes are fetched: in a model this small, that is most of each file; never

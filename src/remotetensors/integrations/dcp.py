@@ -68,7 +68,7 @@ except ImportError as exc:  # pragma: no cover - the torch extra is not installe
     ) from exc
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Callable, Mapping, Sequence
 
     import numpy.typing as npt
     from torch.distributed import ProcessGroup
@@ -80,6 +80,7 @@ if TYPE_CHECKING:
     from ..sources.base import ByteSource
     from ..sources.http.client import Client
     from ..sources.recipe import SourceRecipe
+    from .torch_shards import Sharding
 
 __all__ = ["StorageReader"]
 
@@ -113,6 +114,14 @@ class StorageReader(_StorageReader):
             ranks, the coordinator reads the headers and broadcasts them (every rank of the
             group must then call ``read_metadata``, as ``dcp.load`` does); False: each rank
             reads them itself.
+        exchange: a DTensor shard that is not one range of its file (``Shard(1)`` of a
+            matrix: one short run per row) is read as the rows it would hold under
+            ``Shard(0)`` (one range) and moved into place between the ranks (DTensor's
+            ``redistribute``, or pairwise sends), as ``load_into`` does: each byte crosses
+            the network once for the job, in few requests. It holds those rows besides the
+            tensors until the exchange. Needs a process group, DTensors on a mesh of the
+            whole group, and a planner that keeps its state dict (``DefaultLoadPlanner``);
+            other tensors, and all with False, are read box by box as DCP plans them.
 
     Raises:
         ValueError: ``max_in_flight_bytes`` below 64 KiB.
@@ -131,6 +140,7 @@ class StorageReader(_StorageReader):
         process_group: ProcessGroup | None = None,
         coordinator_rank: int = 0,
         share_headers: bool = True,
+        exchange: bool = True,
     ) -> None:
         super().__init__()
         if max_in_flight_bytes < MIN_IN_FLIGHT_BYTES:
@@ -150,6 +160,8 @@ class StorageReader(_StorageReader):
         self._share_headers = share_headers
         self._storage: CheckpointStorage | None = None
         self._metadata: Metadata | None = None
+        self._set_up_metadata: Metadata | None = None
+        self._exchanges = exchange
         self.is_coordinator = False
         self.header_traffic = Traffic()
         """What reading the headers cost this rank (nothing where the coordinator shared them)."""
@@ -232,6 +244,7 @@ class StorageReader(_StorageReader):
                 f"{type(storage).__name__}); use the metadata its read_metadata returns"
             )
         self._storage = storage
+        self._set_up_metadata = metadata
         self.is_coordinator = is_coordinator
 
     def prepare_local_plan(self, plan: LoadPlan) -> LoadPlan:
@@ -262,17 +275,70 @@ class StorageReader(_StorageReader):
                 other failure of the reads (a ``TransportError``, ...).
         """
         storage = self._storage_or_raise()
+        # Decided alike on every rank (the same state dict, the same metadata): those that
+        # exchange all reach the agreement below, whatever failed before it.
+        exchanged = self._exchanged(planner, storage)
+        failure: Exception | None = None
+        boxes: dict[str, torch.Tensor] = {}
+        try:
+            boxes = self._read(plan, planner, storage, exchanged)
+        except Exception as exc:
+            if not exchanged:
+                raise
+            failure = exc
+        if exchanged:
+            self._exchange(plan, planner, exchanged, boxes, failure)
+        done: Future[None] = Future()
+        done.set_result(None)
+        return done
+
+    def _read(
+        self,
+        plan: LoadPlan,
+        planner: LoadPlanner,
+        storage: CheckpointStorage,
+        exchanged: Mapping[str, tuple[Any, Sharding]],
+    ) -> dict[str, torch.Tensor]:
+        """Read the plan's items, but those of the ``exchanged`` tensors, into the planner's
+        tensors; and the ``Shard(0)`` box of each exchanged tensor into a tensor of its own
+        (returned, by name)."""
+        from torch.distributed.checkpoint.metadata import ChunkStorageMetadata
+        from torch.distributed.checkpoint.planner_helpers import (
+            create_read_items_for_chunk_list,
+        )
+
         for item in plan.items:
             if item.type != LoadItemType.TENSOR:
                 raise RemoteTensorsError(
                     f"{redact_url(self.location)}: {item.storage_index.fqn} is not a tensor "
                     f"(a {item.type.name} item); a safetensors checkpoint holds tensors only"
                 )
-        pieces = plan_pieces(
-            _boxes(plan.items), storage, max_piece_bytes=max(1, self.max_in_flight_bytes // 2)
-        )
+        own = [item for item in plan.items if item.dest_index.fqn not in exchanged]
+        boxes: dict[str, torch.Tensor] = {}
+        theirs: list[tuple[str, ReadItem]] = []
+        metadata = self._set_up_metadata
+        assert metadata is not None  # set with the storage
+        for name, (_, sharding) in exchanged.items():
+            stored = metadata.state_dict_metadata[name]
+            boxes[name] = torch.empty(sharding.box, dtype=exchanged[name][0].dtype)
+            box = ChunkStorageMetadata(torch.Size(sharding.offsets), torch.Size(sharding.box))
+            found = create_read_items_for_chunk_list(name, stored, [box])  # type: ignore[arg-type]
+            theirs += [(name, item) for item in found]
+        items = [*own, *(item for _, item in theirs)]
+
+        def resolve(i: int) -> torch.Tensor:
+            if i < len(own):
+                return planner.resolve_tensor(items[i]).detach()
+            return _narrowed(boxes[theirs[i - len(own)][0]], items[i])
+
+        def commit(i: int, tensor: torch.Tensor) -> None:
+            if i < len(own):
+                planner.commit_tensor(items[i], tensor)
+
+        order = order_boxes(_boxes(items), storage)
+        pieces = plan_pieces(order, storage, max_piece_bytes=max(1, self.max_in_flight_bytes // 2))
         left = collections.Counter(piece.request for piece in pieces)
-        job = _Job(self, storage, planner, plan.items)
+        job = _Job(self, storage, items, resolve, commit)
         try:
             run_sync(job.open({piece.chunk.file for piece in pieces}))
             for group in batches(pieces, max_bytes=self.max_in_flight_bytes):
@@ -285,9 +351,88 @@ class StorageReader(_StorageReader):
                         job.commit(read.piece.request)
         finally:
             run_sync(job.close())
-        done: Future[None] = Future()
-        done.set_result(None)
-        return done
+        return boxes
+
+    def _exchanged(
+        self, planner: LoadPlanner, storage: CheckpointStorage
+    ) -> dict[str, tuple[Any, Sharding]]:
+        """The state dict's DTensors whose shard is not one range of the file (a
+        ``Shard(1)`` of a matrix): read as the rows they would hold were every ``Shard(d)`` a
+        ``Shard(0)`` (one range), then moved into place between the ranks, as ``load_into``
+        does. Only with ``exchange``, in a process group, for DTensors on a mesh of the whole
+        group, with the default planner's state dict (``planner.state_dict``)."""
+        if not self._exchanges or not self._shares_group():
+            return {}
+        import torch.distributed as dist
+        from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+        from torch.distributed.tensor import DTensor
+
+        from ..errors import FrameworkError
+        from ..index import TensorInfo
+        from .torch_shards import sharding_of
+
+        state = getattr(planner, "state_dict", None)
+        metadata = self._set_up_metadata
+        if not isinstance(state, dict) or metadata is None:
+            return {}
+        dtypes = {name: chunk.info.dtype for (name, _), chunk in storage.chunks.items()}
+        world = dist.get_world_size()
+        found: dict[str, tuple[Any, Sharding]] = {}
+        for name in sorted(state):
+            value = state[name]
+            stored = metadata.state_dict_metadata.get(name)
+            if not isinstance(value, DTensor) or not isinstance(stored, TensorStorageMetadata):
+                continue
+            shape = tuple(stored.size)
+            if value.device_mesh.size() != world or tuple(value.shape) != shape:
+                continue
+            info = TensorInfo(name, dtypes[name], shape, 0, 0)  # row-major: all it is asked
+            try:
+                sharding = sharding_of(value, info, name)
+            except FrameworkError:
+                continue  # read as DCP plans it (a Partial placement fails there, as in torch)
+            if sharding is not None and sharding.exchanged:
+                found[name] = (value, sharding)
+        return found
+
+    def _exchange(
+        self,
+        plan: LoadPlan,
+        planner: LoadPlanner,
+        exchanged: Mapping[str, tuple[Any, Sharding]],
+        boxes: Mapping[str, torch.Tensor],
+        failure: Exception | None,
+    ) -> None:
+        """Agree that every rank read (else raise, exchanging nothing), then move each
+        exchanged tensor's rows into its placements, in name order on every rank, and hand
+        the planner its items' parts of the result."""
+        from .torch_exchange import all_ranks_read, placed
+
+        first = next(iter(exchanged.values()))[0]
+        kind = first.device_mesh.device_type
+        device = (
+            torch.device(kind, torch.cuda.current_device())
+            if kind == "cuda"
+            else torch.device(kind)
+        )
+        agreed = all_ranks_read(failure is None, device)
+        if failure is not None:
+            raise failure
+        if not agreed:
+            raise RemoteTensorsError(
+                f"{redact_url(self.location)}: another rank failed to read its part of the "
+                "checkpoint (its own error says why); no rows were exchanged"
+            )
+        by_name: dict[str, list[ReadItem]] = {}
+        for item in plan.items:
+            by_name.setdefault(item.dest_index.fqn, []).append(item)
+        for name, (value, sharding) in exchanged.items():
+            local = boxes[name].to(value.device)
+            moved = placed(_Exchanged(sharding), local).to_local()  # type: ignore[arg-type]
+            for item in by_name.get(name, []):
+                target = planner.resolve_tensor(item).detach()
+                target.copy_(_narrowed(moved, item))
+                planner.commit_tensor(item, target)
 
     @classmethod
     def validate_checkpoint_id(cls, checkpoint_id: str | os.PathLike[str]) -> bool:
@@ -313,8 +458,10 @@ class StorageReader(_StorageReader):
     # --- reading the headers -----------------------------------------------------------------
 
     def _shares(self) -> bool:
-        if not self._share_headers:
-            return False
+        return self._share_headers and self._shares_group()
+
+    def _shares_group(self) -> bool:
+        """Whether this reader runs in an initialised process group of several ranks."""
         import torch.distributed as dist
 
         return bool(
@@ -426,6 +573,19 @@ def _boxes(items: Sequence[ReadItem]) -> list[WantedBox]:
     ]
 
 
+def _narrowed(tensor: torch.Tensor, item: ReadItem) -> torch.Tensor:
+    """The part of ``tensor`` that ``item`` fills: its ``dest_offsets`` + ``lengths``."""
+    index = tuple(slice(o, o + n) for o, n in zip(item.dest_offsets, item.lengths, strict=True))
+    return tensor[index] if index else tensor
+
+
+@dataclass(frozen=True)
+class _Exchanged:
+    """What :func:`.torch_exchange.placed` asks of a read: its sharding."""
+
+    sharding: Sharding
+
+
 def _portable(exc: BaseException) -> BaseException:
     """``exc`` if it pickles (to cross to the other ranks), else its words in our root."""
     try:
@@ -468,20 +628,23 @@ class _PieceRead:
 
 
 class _Job:
-    """The state of one ``read_data``: the sources open for it, the tensors resolved and not
-    yet committed."""
+    """The state of one read of items: the sources open for it, the tensors resolved and not
+    yet committed. ``resolve(i)`` gives the tensor item ``i`` fills (``planner.resolve_tensor``,
+    or a box of the reader's own); ``commit(i, tensor)`` hands it on once filled."""
 
     def __init__(
         self,
         reader: StorageReader,
         storage: CheckpointStorage,
-        planner: LoadPlanner,
         items: Sequence[ReadItem],
+        resolve: Callable[[int], torch.Tensor],
+        commit: Callable[[int, torch.Tensor], None],
     ) -> None:
         self._reader = reader
         self._storage = storage
-        self._planner = planner
         self._items = items
+        self._resolve = resolve
+        self._commit = commit
         self._options = replace(reader.options, progress=reader.options.progress or False)
         self._chunk_bytes = max(1, reader.max_in_flight_bytes // 2)
         self._sources: dict[str, ByteSource] = {}
@@ -564,7 +727,7 @@ class _Job:
         target = self._targets.get(request)
         if target is None:
             item = self._items[request]
-            target = self._planner.resolve_tensor(item).detach()
+            target = self._resolve(request)
             if tuple(target.shape) != tuple(item.lengths):
                 name = item.storage_index.fqn
                 location = redact_url(self._storage.location)
@@ -594,5 +757,4 @@ class _Job:
 
     def commit(self, request: int) -> None:
         """Hand the filled tensor of item ``request`` to the planner."""
-        target = self._targets.pop(request)
-        self._planner.commit_tensor(self._items[request], target)
+        self._commit(request, self._targets.pop(request))
