@@ -8,7 +8,10 @@ checkpoint (``model.safetensors.index.json``), or the files DCP's own safetensor
 ``ReadItem`` s: a box contiguous in the file is one range, any other a grid of runs read through
 the slice planner (:mod:`~remotetensors.reading.slicing`); nearby runs, of one item or of
 several, are coalesced (``ReadOptions.max_gap_bytes``), and a rank holds at most
-``max_in_flight_bytes`` of bytes asked for and not yet in their tensors.
+``max_in_flight_bytes`` of bytes asked for and not yet in their tensors. A DTensor shard that
+is not one range (``Shard(1)`` of a matrix) is read, with ``exchange``, as the rows it would
+hold under ``Shard(0)`` and moved into place between the ranks, as ``load_into`` does (see
+:mod:`.torch_exchange`).
 
 Headers once per job: when ``torch.distributed`` is initialised, the coordinator reads the
 headers in ``read_metadata`` and broadcasts the ``Metadata`` (every rank calls it in
