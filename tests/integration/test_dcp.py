@@ -57,11 +57,12 @@ EXACT = rt.ReadOptions(max_gap_bytes=0, progress=False)
 
 @pytest.fixture(scope="module")
 def llama(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A small Llama (vocabulary 130: uneven over 4 ranks) in 3 safetensors shards."""
+    """A small Llama in 3 safetensors shards; its vocabulary (130) and MLP width (98) are
+    uneven over 4 ranks, the width over 2 odd."""
     config = transformers.LlamaConfig(
         vocab_size=130,
         hidden_size=64,
-        intermediate_size=96,
+        intermediate_size=98,
         num_hidden_layers=2,
         num_attention_heads=4,
         num_key_value_heads=2,
@@ -252,16 +253,21 @@ def test_four_ranks_on_one_and_two_dimensional_meshes(llama: Path, served: tuple
         for outcome in found:
             row = counts[outcome.rank]
             assert outcome.data_bytes == row["data_bytes"] + PIN * row["pins"]
-            if case.options is EXACT:
+            if case.options is EXACT and not case.exchange:
                 assert row["data_bytes"] == outcome.local_bytes, outcome.rank
-                assert (row["data_requests"] > 200) is (not case.exchange), outcome.rank
+                assert row["data_requests"] > 200, outcome.rank  # a request per row
+            elif case.options is EXACT:
+                # Exchanged: a rank reads the rows of its Shard(0) box, whose bytes differ
+                # from its uneven Shard(1) shard's (the MLP width, 98, over 4 ranks).
+                assert row["data_bytes"] <= 1.1 * outcome.local_bytes, outcome.rank
+                assert row["data_requests"] <= 25, outcome.rank
             else:
                 # Holes of up to 32 KiB (the default max_gap_bytes) between the runs of the
                 # boxes are fetched: in a model this small, that is most of each file; never
                 # a byte twice.
                 assert row["data_bytes"] <= stored, outcome.rank
         total = sum(counts[o.rank]["data_bytes"] for o in found)
-        if case.options is EXACT:
+        if case.options is EXACT:  # each byte once for the job
             assert total == sum(o.local_bytes for o in found)
 
 
@@ -294,7 +300,7 @@ def test_the_guide_example_runs_on_two_ranks(
     )
     assert result.returncode == 0, result.stderr[-4000:]
     for rank in (0, 1):
-        assert f"rank {rank}: [64, 96] -> local [64, 48]" in result.stdout
+        assert f"rank {rank}: [64, 98] -> local [64, 49]" in result.stdout
     # One rank read the index (and asked the hub's metadata endpoint); the other never did.
     index = [e for e in hub_env.log.entries if e.path.endswith("model.safetensors.index.json")]
     assert len([e for e in index if "/resolve/" in e.path]) == 1
