@@ -14,9 +14,8 @@ Reports, each figure with its requests:
    warm cache (a repo seen before) and a cold one, against ``get_safetensors_metadata``
    (median of 20 calls each).
 
-All in this process (the stand-in serves from its own threads); each tool's counts are checked
-against the others. The stand-in is aiohttp in Python: its per-request cost is part of every
-figure, the same for both tools.
+The stand-in serves from a process of its own (aiohttp in Python: on a small machine its CPU
+competes with the tools'); each tool's counts are checked against the others.
 """
 
 from __future__ import annotations
@@ -70,6 +69,51 @@ def fleet(hub: HubStandIn, count: int) -> dict[str, int]:
     return expected
 
 
+class Remote:
+    """The stand-in in a child process, driven over a pipe: its endpoint, request counts and
+    latency (the tools' requests cross a real process boundary, as to a real hub)."""
+
+    def __init__(self, repos: int, header_kb: int) -> None:
+        import multiprocessing
+
+        context = multiprocessing.get_context("spawn")
+        self._pipe, theirs = context.Pipe()
+        self._process = context.Process(target=_serve, args=(theirs, repos, header_kb))
+        self._process.start()
+        self.endpoint, self.expected = self._pipe.recv()
+
+    def ask(self, command: str, value: float = 0.0) -> Any:
+        self._pipe.send((command, value))
+        return self._pipe.recv()
+
+    def stop(self) -> None:
+        self.ask("stop")
+        self._process.join(10)
+
+
+def _serve(pipe: Any, repos: int, header_kb: int) -> None:
+    hub = HubStandIn("2026")
+    expected = fleet(hub, repos)
+    names = max(1, header_kb * 1000 // 90)
+    header = {f"model.layers.{i}.mlp.weight_{i:06d}": np.zeros(2, np.float16) for i in range(names)}
+    hub.add("bench/header", {"model.safetensors": save(header)})
+    pipe.send((hub.endpoint, expected))
+    while True:
+        command, value = pipe.recv()
+        if command == "clear":
+            hub.log.clear()
+            pipe.send(None)
+        elif command == "count":
+            pipe.send(len(hub.log.entries))
+        elif command == "latency":
+            hub.latency_seconds = value
+            pipe.send(None)
+        else:
+            hub.stop()
+            pipe.send(None)
+            return
+
+
 def ours(repos: list[str]) -> tuple[float, dict[str, int]]:
     started = time.perf_counter()
     counts = {}
@@ -93,27 +137,22 @@ def theirs(endpoint: str, repos: list[str], threads: int) -> tuple[float, dict[s
     return time.perf_counter() - started, counts
 
 
-def header_phase(hub: HubStandIn, kb: int, calls: int) -> list[tuple[str, float, float]]:
-    """(tool, median seconds, requests per call) of counting a one-file model whose header is
-    about ``kb`` kB, at 0 ms."""
+def header_phase(hub: Remote, calls: int) -> list[tuple[str, float, float]]:
+    """(tool, median seconds, requests per call) of counting the one-file model whose header
+    is about ``--header-kb`` kB, at 0 ms."""
     from huggingface_hub import HfApi
 
-    names = max(1, kb * 1000 // 90)
-    tensors = {
-        f"model.layers.{i}.mlp.weight_{i:06d}": np.zeros(2, np.float16) for i in range(names)
-    }
-    hub.add("bench/header", {"model.safetensors": save(tensors)})
     location = "hf://bench/header"
     rows = []
 
-    def timed(tool: str, call: object) -> None:
+    def timed(tool: str, call: Any) -> None:
         times = []
-        hub.log.clear()
+        hub.ask("clear")
         for _ in range(calls):
             started = time.perf_counter()
-            call()  # type: ignore[operator]
+            call()
             times.append(time.perf_counter() - started)
-        rows.append((tool, statistics.median(times), len(hub.log.entries) / calls))
+        rows.append((tool, statistics.median(times), hub.ask("count") / calls))
 
     def warm() -> None:
         with rt.open_model(location, token=False, options=rt.ReadOptions(read_configs=False)) as m:
@@ -147,42 +186,42 @@ def main() -> None:
     os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
     os.environ.pop("HF_TOKEN", None)
     hub_repo.resolve_token = lambda token: None
-    hub = HubStandIn("2026")
+    hub = Remote(args.repos, args.header_kb)
     os.environ["HF_ENDPOINT"] = hub.endpoint
     try:
-        expected = fleet(hub, args.repos)
+        expected: dict[str, int] = hub.expected
         repos = sorted(expected)
-        hub.latency_seconds = args.latency_ms / 1000
+        hub.ask("latency", args.latency_ms / 1000)
         print(f"## {args.repos} repos at {args.latency_ms:g} ms per request\n")
         print("| tool | scan | time (s) | vs first | requests | per repo |")
         print("|---|---|---|---|---|---|")
         first = 0.0
         for label, offline in (("first", False), ("second", False), ("offline", True)):
-            hub.log.clear()
+            hub.ask("clear")
             if offline:
                 os.environ["HF_HUB_OFFLINE"] = "1"
             seconds, counts = ours(repos)
             os.environ.pop("HF_HUB_OFFLINE", None)
             assert counts == expected, label
             first = first or seconds
-            n = len(hub.log.entries)
+            n = hub.ask("count")
             print(
                 f"| remotetensors | {label} | {seconds:.2f} | {seconds / first:.2f}x | {n} "
                 f"| {n / len(repos):.2f} |"
             )
-        hub.log.clear()
+        hub.ask("clear")
         seconds, counts = theirs(hub.endpoint, repos, threads=32)
         assert counts == expected
-        n = len(hub.log.entries)
+        n = hub.ask("count")
         print(
             f"| huggingface_hub, 32 threads | first | {seconds:.2f} | {seconds / first:.2f}x "
             f"(ours: {first / seconds:.2f}x theirs) | {n} | {n / len(repos):.2f} |"
         )
-        hub.latency_seconds = 0.0
+        hub.ask("latency", 0.0)
         print(f"\n## One file, a {args.header_kb} kB header, 0 ms (median of {args.calls})\n")
         print("| tool | time (ms) | requests per count |")
         print("|---|---|---|")
-        rows = header_phase(hub, args.header_kb, args.calls)
+        rows = header_phase(hub, args.calls)
         for tool, seconds, requests in rows:
             print(f"| {tool} | {seconds * 1000:.1f} | {requests:.1f} |")
         hf = rows[-1][1]

@@ -159,11 +159,9 @@ def _per_bucket(hub: HubStandIn) -> dict[str, int]:
 
 
 def _few_429s(hub: HubStandIn, started: float) -> None:
-    """The goal is none after the first window (issue 40); on a loaded 2-core machine a
-    window's edge is sometimes missed (a burst leaves before the hub's window has turned):
-    at most 5% of the scan's requests, and none but in the first window in most runs."""
-    throttled = [at for at in hub.throttled_at if at >= started]
-    assert len(throttled) <= 0.05 * sum(_per_bucket(hub).values()), _windows_with_429(hub, started)
+    """No 429 after the scan's first window (the first is sent before any answer told the
+    quotas)."""
+    assert _windows_with_429(hub, started) in ([], [0])
 
 
 def _windows_with_429(hub: HubStandIn, started: float) -> list[int]:
@@ -188,13 +186,12 @@ def test_a_scan_spends_both_buckets_and_keeps_within_the_quotas(hub_env: HubStan
     fixed = {"resolvers": count + len(sharded_repos), "api": 0}
     bound = _quota_bound_seconds(fixed, flexible=len(sharded_repos))
     sent = _per_bucket(hub_env)
-    # 1.1x is the goal (issue 40); measured 1.05-1.3x on a loaded 2-core machine, where the
-    # scan's CPU alone is half the bound: the first scan reads some index files before the
-    # buckets are known, which a tighter check would count against it.
-    assert first_seconds <= 1.5 * bound, (first_seconds, bound, sent, hub_env.throttled)
+    assert first_seconds <= 1.1 * bound, (first_seconds, bound, sent, hub_env.throttled)
     _few_429s(hub_env, started)
-    # A re-scan: each repo needs its commit, from either bucket (the revision API, or the
-    # X-Repo-Commit of a one-byte resolve read); nothing else.
+    # A re-scan, later (the windows the first scan spent have ended): each repo needs its
+    # commit, from either bucket (the revision API, or the X-Repo-Commit of a one-byte
+    # resolve read); nothing else.
+    time.sleep(WINDOW)
     hub_env.log.clear()
     hub_env.throttled = 0
     started = time.monotonic()
@@ -239,4 +236,5 @@ def test_the_command_line_shows_the_buckets_room(
     listed.write_text("hf://org/m0\nhf://org/m1\n")
     assert main(["params", "--from-file", str(listed)]) == 0
     out = capsys.readouterr().out
-    assert re.search(r"rate limits left: api \d+/500, resolvers \d+/3000\)", out), out
+    # (a scan asks the single files alone: no api request was needed for them)
+    assert re.search(r"rate limits left: (api \d+/500, )?resolvers \d+/3000\)", out), out

@@ -47,7 +47,7 @@ from ..sources.hub.api import (
     keep_answer,
     names_commits,
 )
-from ..sources.hub.repo import hub_status_error
+from ..sources.hub.repo import hub_status_error, in_shared_visit
 from ..sources.ratelimit import limiter_for
 from ..sources.resolve import HubPlace
 from .file import AsyncTensorFile, AsyncTensorSlice, TensorPiece
@@ -152,7 +152,9 @@ async def plan_visit(place: Place, single_name: str, index_name: str) -> Visit:
             return Visit(call)
         return Visit(None)
     api, resolvers = _rooms(repo, index_name)
-    sparing = min(api, resolvers) < SPARE_BELOW
+    # A scan spares requests (its time is the hub's rate limits and the CPU of its requests,
+    # not one model's rounds), and so does any visit once a bucket runs low.
+    sparing = in_shared_visit() or min(api, resolvers) < SPARE_BELOW
     if call is not None and api < resolvers:
         # Spend the buckets, not the clock: with less of the api quota left than of the
         # resolvers', a sharded model's headers come from range reads (resolvers) instead.

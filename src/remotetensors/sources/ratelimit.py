@@ -260,12 +260,14 @@ class _Bucket:
         assert self.reset_at is not None
         assert self.remaining is not None
         if start >= self.reset_at:  # the next window: as full as the quota says
-            self.opens_at = self.reset_at + self.guard_seconds()
+            guard, window = self.guard_seconds(), self.window_seconds or 0.0
+            self.opens_at = max(start, self.reset_at + guard)
             self.remaining = (self.quota or 1) - 1
-            self.reset_at += self.window_seconds or 0.0
-            self.guessed = True  # a server's window may open later: its answers say when
-            if self.reset_at <= start:  # windows went by unused
-                self.opens_at, self.reset_at = start, start + (self.window_seconds or 0.0)
+            # A fixed window may open with its first request, which lands a little after it
+            # leaves: its end is guessed a guard later (until an answer of it says; by then
+            # the requests of the window after it may be counted already).
+            self.reset_at = self.opens_at + window + guard
+            self.guessed = True
         else:
             self.remaining = max(0.0, self.remaining - 1)
 

@@ -88,6 +88,12 @@ def shared_revisions() -> Iterator[None]:
         _SHARED.reset(token)
 
 
+def in_shared_visit() -> bool:
+    """Whether this task runs within :func:`shared_revisions` (a scan of many repos, where
+    requests and the hub's rate limits, not one model's rounds, bound the time)."""
+    return _SHARED.get() is not None
+
+
 def is_hub_location(location: str) -> bool:
     """Whether ``location`` is an ``hf://`` URL (the scheme in any case, as URL schemes are)."""
     return location[:5].lower() == "hf://"
