@@ -45,6 +45,7 @@ class Case:
         save_first: a folder to write the reference into first with DCP's own safetensors
             writer (``save_distributed=True``: each rank its ``Shard(0)`` chunks), read back.
         exchange: the reader's ``exchange``.
+        share_headers: the reader's ``share_headers``.
         fail_rank: a rank whose planner fails to give the norm's tensor (a read that fails
             there, and not on the others).
     """
@@ -57,6 +58,7 @@ class Case:
     save_first: str | None = None
     exchange: bool = True
     fail_rank: int | None = None
+    share_headers: bool = True
 
 
 @dataclass(frozen=True)
@@ -124,6 +126,7 @@ def _load_case(rank: int, case: Case) -> Outcome:
         options=case.options,
         http_options=HttpOptions(headers={"X-Rank": str(rank), "X-Case": case.name}),
         exchange=case.exchange,
+        share_headers=case.share_headers,
     )
     planner = (
         _FailingPlanner(allow_partial_load=True)

@@ -170,11 +170,19 @@ def test_two_ranks_from_http_the_hub_s3_and_dcp_written_files(
         Case("written", str(written), str(llama), (2,), save_first=str(written)),
         Case("missing", f"{url}/nothing/", str(llama), (2,)),
         Case("failing", url, str(llama), (2,), fail_rank=1),
+        Case("unshared", url, str(llama), (2,), EXACT, share_headers=False),
     ]
     outcomes = run_job(2, load_cases, cases)
     by_case = {c.name: [o[i] for o in outcomes] for i, c in enumerate(cases)}
-    for case in cases[:-2]:
-        _assert_loaded(by_case[case.name], 2)
+    for case in cases:
+        if case.name not in ("missing", "failing"):
+            _assert_loaded(by_case[case.name], 2)
+
+    # Headers not shared: each rank reads them itself (once each), and loads the same.
+    unshared = _per_rank(log, "unshared", llama)
+    for rank in (0, 1):
+        assert unshared[rank]["index"] == 1
+        assert unshared[rank]["headers"] <= 3  # 0 where the header cache answered
 
     # A rank that fails to read: it raises its error, the other that it failed, and neither
     # waits for an exchange the other will not join.
