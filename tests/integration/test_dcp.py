@@ -48,7 +48,7 @@ from tests.servers import Log, static_server  # noqa: E402
 pytestmark = pytest.mark.filterwarnings("ignore:torch.distributed is disabled:UserWarning")
 
 ROOT = Path(__file__).resolve().parents[2]
-GUIDE = ROOT / "docs" / "guides" / "dcp-draft.md"
+GUIDE = ROOT / "docs" / "guides" / "tensor-parallel.md"
 
 PIN = 8  # bytes of the version check a rank makes per file it reads (see sources/reopen.py)
 EXACT = rt.ReadOptions(max_gap_bytes=0, progress=False)
@@ -282,7 +282,7 @@ def test_four_ranks_on_one_and_two_dimensional_meshes(llama: Path, served: tuple
 def test_the_guide_example_runs_on_two_ranks(
     llama: Path, hub_env: HubStandIn, tmp_path: Path
 ) -> None:
-    """The example of docs/guides/dcp-draft.md, as written, under torchrun with two ranks; the
+    """The dcp.load example of docs/guides/tensor-parallel.md, as written, under torchrun with two ranks; the
     repo it names is the small Llama here."""
     hub_env.add(
         "HuggingFaceTB/SmolLM2-135M",
