@@ -287,6 +287,13 @@ def test_a_transfer_coding_overrides_the_announced_length() -> None:
         "http://h/a%20b/%C3%BC.safetensors",
         "http://h/mixed %20 \u00fc/100%.bin?q=a b&t=\u00fc#fragment",
         "http://h/a/../b/./c",
+        # Plain URLs (sent as written, without httpx's parsing): a CDN's signed one, a port,
+        # escapes, and a "%" that starts none.
+        "https://us.aws.cdn.hf.co/xet-bridge-us/0a1b/9f8e?X-Amz-Date=20261128T000000Z"
+        "&X-Amz-Expires=3600&Expires=1764288000&Policy=eyJTdGF0ZW1lbnQiOiBbXX0=&Signature="
+        "AbC~d_e-f&Key-Pair-Id=K2L8F4GPSG1IFC",
+        "http://127.0.0.1:8080/a/b?x=%2F&y=(b)*",
+        "http://h/100%zz",
         "http://h",
         "http://u:p@H:80/x",
         "https://h:443/x",

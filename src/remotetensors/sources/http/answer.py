@@ -32,6 +32,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple
+from urllib.parse import SplitResult, urlsplit
 
 import httpx
 
@@ -302,6 +303,9 @@ def follow(url: str, location: str, visited: Sequence[str], shown: str) -> Follo
 
     Which headers the next hop carries is :func:`.policy.headers_for`'s decision.
     """
+    plain = _plain_absolute(location)
+    if plain is not None and _plain_absolute(url) is not None:
+        return _follow_plain(url, location, plain, visited, shown)
     source = redact_url(url)
     try:
         here = httpx.URL(url)
@@ -328,6 +332,57 @@ def follow(url: str, location: str, visited: Sequence[str], shown: str) -> Follo
             "long is taken for a loop"
         )
     return Follow(where)
+
+
+_PLAIN_URL = re.compile(r"https?://[!-~]+\Z", re.IGNORECASE)
+"""An absolute http(s) URL of visible ASCII (no space, no control character)."""
+
+
+def _plain_absolute(url: str) -> SplitResult | None:
+    """``url`` split, when it is an absolute http(s) URL that needs no normalising (visible
+    ASCII, a lower-case scheme and host, a valid port, no fragment, no backslash): the form
+    every hub and CDN redirect takes. Parsing such a URL with httpx, which checks it character
+    by character, cost a sixth of a 300-repo scan's CPU (the CDN's signed URLs run to 600
+    characters)."""
+    if not _PLAIN_URL.match(url) or "\\" in url or "#" in url:
+        return None
+    parts = urlsplit(url)
+    try:
+        port = parts.port
+    except ValueError:
+        return None
+    host = parts.hostname
+    if not host or parts.netloc.lower() != parts.netloc or "@" in parts.netloc:
+        return None
+    if parts.scheme not in ("http", "https") or port == _DEFAULT_PORTS[parts.scheme]:
+        return None
+    return parts
+
+
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def _follow_plain(
+    url: str, location: str, target: SplitResult, visited: Sequence[str], shown: str
+) -> Follow | Failed:
+    """:func:`follow`'s rules for a plain absolute ``location`` (see :func:`_plain_absolute`)
+    from a plain ``url``: the same refusals, without httpx's parsing."""
+    step = f"from {redact_url(url)} to {redact_url(location)}"
+    if target.scheme == "http" and url[:6].lower() == "https:":
+        return _refused(
+            f"{shown}: a redirect {step} was not followed: an https request is never "
+            "downgraded to plain http, where it would cross the network in clear text; ask the "
+            "server's owner to redirect to https"
+        )
+    seen = {v if _plain_absolute(v) is not None else _normal(v) for v in visited}
+    if location == url or location in seen:
+        return _refused(f"{shown}: a redirect loop: {step}, a URL already asked for")
+    if len(visited) >= MAX_REDIRECTS:
+        return _refused(
+            f"{shown}: more than {MAX_REDIRECTS} redirects (the last {step}); a chain this "
+            "long is taken for a loop"
+        )
+    return Follow(location)
 
 
 def _refused(message: str) -> Failed:

@@ -52,6 +52,7 @@ import asyncio
 import contextlib
 import functools
 import os
+import re
 import select
 import socket
 import ssl
@@ -573,6 +574,9 @@ def _address(url: str) -> tuple[tuple[str, str, int], str, str]:
     Raises:
         ValueError: httpx refuses the URL (a control character, a bad port).
     """
+    plain = _plain_address(url)
+    if plain is not None:
+        return plain
     try:
         parts = httpx.URL(url)
     except httpx.InvalidURL as exc:
@@ -581,6 +585,33 @@ def _address(url: str) -> tuple[tuple[str, str, int], str, str]:
     port = parts.port or (443 if scheme == "https" else 80)
     host = parts.raw_host.decode("ascii")  # IDNA-encoded; an IPv6 literal without brackets
     return (scheme, host, port), parts.raw_path.decode("ascii"), parts.netloc.decode("ascii")
+
+
+_PLAIN = re.compile(
+    r"(https?)://([a-z0-9.-]+)(?::([0-9]{1,5}))?(/[A-Za-z0-9._~:/?\[\]@!$&'()*+,;=%-]*)?\Z"
+)
+"""A URL that httpx would send as it is written: a lower-case scheme and host name (no IPv6
+literal, no userinfo), an optional port, and a path and query of the characters RFC 3986 lets
+stand unencoded (and ``%``), no fragment."""
+
+
+_LONE_PERCENT = re.compile(r"%(?![0-9A-Fa-f]{2})")
+
+
+def _plain_address(url: str) -> tuple[tuple[str, str, int], str, str] | None:
+    """:func:`_address` of a URL that needs no encoding (:data:`_PLAIN`), without httpx's
+    parsing (a CDN's signed URLs, 600 characters each and each asked once, made it a sixth of
+    a 300-repo scan's CPU); None for any other URL."""
+    match = _PLAIN.match(url)
+    if match is None:
+        return None
+    scheme, host, port_text, target = match.groups()
+    default = 443 if scheme == "https" else 80
+    port = int(port_text) if port_text else default
+    if not 0 < port < 65536 or (target and (_LONE_PERCENT.search(target) or "/." in target)):
+        return None  # httpx would encode a "%" that starts no escape, or drop dot segments
+    netloc = host if port == default else f"{host}:{port}"
+    return (scheme, host, port), target or "/", netloc
 
 
 class RawRangeClient:
