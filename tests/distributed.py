@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import os
 import pickle
+import re
 import socket
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -89,3 +92,36 @@ def _rank_main(
     finally:
         dist.destroy_process_group()
     (Path(folder) / f"{rank}.pickle").write_bytes(pickle.dumps(result))
+
+
+GUIDE = Path(__file__).resolve().parents[1] / "docs" / "guides" / "tensor-parallel.md"
+"""The guide whose examples run under torchrun: "Tensor-parallel and expert-parallel loading"."""
+
+
+def run_guide_example(runner: str, folder: Path, ranks: int = 2) -> str:
+    """Run the guide's example marked ``<!-- example: run by RUNNER -->`` (``runner``: the test
+    file's path from the repository root), as written, under ``torchrun --standalone`` with
+    ``ranks`` processes in ``folder``; its standard output.
+
+    Raises:
+        AssertionError: no such example, or the job failed (its stderr's end in the message).
+    """
+    found = re.search(
+        rf"<!-- example: run by {re.escape(runner)} -->\n```python\n(.*?)^```",
+        GUIDE.read_text(encoding="utf-8"),
+        re.S | re.M,
+    )
+    assert found is not None, f"no example of {GUIDE.name} is marked as run by {runner}"
+    script = folder / "load.py"
+    script.write_text(found.group(1), encoding="utf-8")
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+    result = subprocess.run(
+        [*command, "--nproc-per-node", str(ranks), str(script)],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        cwd=folder,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    return result.stdout

@@ -16,9 +16,6 @@ process group.
 from __future__ import annotations
 
 import pickle
-import re
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -40,15 +37,13 @@ import remotetensors as rt  # noqa: E402
 from remotetensors.dcp import StorageReader  # noqa: E402
 from remotetensors.integrations.dcp_plan import CheckpointStorage  # noqa: E402
 from tests.dcp_ranks import Case, Outcome, load_cases, reference_tensors  # noqa: E402
-from tests.distributed import run_job  # noqa: E402
+from tests.distributed import run_guide_example, run_job  # noqa: E402
 from tests.hub_standin import HubStandIn  # noqa: E402
 from tests.servers import Log, static_server  # noqa: E402
 
 # dcp.load in one process (no process group) warns that it assumes so: it is what we ask.
 pytestmark = pytest.mark.filterwarnings("ignore:torch.distributed is disabled:UserWarning")
 
-ROOT = Path(__file__).resolve().parents[2]
-GUIDE = ROOT / "docs" / "guides" / "tensor-parallel.md"
 
 PIN = 8  # bytes of the version check a rank makes per file it reads (see sources/reopen.py)
 EXACT = rt.ReadOptions(max_gap_bytes=0, progress=False)
@@ -288,27 +283,9 @@ def test_the_guide_example_runs_on_two_ranks(
         "HuggingFaceTB/SmolLM2-135M",
         {p.name: p.read_bytes() for p in llama.iterdir() if p.is_file()},
     )
-    text = GUIDE.read_text(encoding="utf-8")
-    found = re.search(
-        r"<!-- example: run by tests/integration/test_dcp.py -->\n```python\n(.*?)^```",
-        text,
-        re.S | re.M,
-    )
-    assert found is not None
-    script = tmp_path / "load.py"
-    script.write_text(found.group(1), encoding="utf-8")
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
-    result = subprocess.run(
-        [*command, "--nproc-per-node", "2", str(script)],
-        capture_output=True,
-        text=True,
-        timeout=240,
-        cwd=tmp_path,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr[-4000:]
+    stdout = run_guide_example("tests/integration/test_dcp.py", tmp_path)
     for rank in (0, 1):
-        assert f"rank {rank}: [64, 98] -> local [64, 49]" in result.stdout
+        assert f"rank {rank}: [64, 98] -> local [64, 49]" in stdout
     # One rank read the index (and asked the hub's metadata endpoint); the other never did.
     index = [e for e in hub_env.log.entries if e.path.endswith("model.safetensors.index.json")]
     assert len([e for e in index if "/resolve/" in e.path]) == 1

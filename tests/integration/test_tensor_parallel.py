@@ -9,9 +9,6 @@ are its own.
 
 from __future__ import annotations
 
-import re
-import subprocess
-import sys
 from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
@@ -20,7 +17,7 @@ from typing import Any
 import pytest
 
 import remotetensors as rt
-from tests.distributed import run_job
+from tests.distributed import run_guide_example, run_job
 from tests.servers import Log, static_server
 from tests.torch_checkpoints import accelerate, safetensors_torch, torch, transformers
 
@@ -369,9 +366,6 @@ def test_ranks_fill_their_shards_on_a_cuda_mesh(
         assert torch.allclose(result["logits"], expected, rtol=0, atol=1e-4)
 
 
-GUIDE = Path(__file__).resolve().parents[2] / "docs" / "guides" / "tensor-parallel.md"
-
-
 def test_the_guide_example_runs_on_two_ranks(
     llama: Path, hub: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
@@ -381,30 +375,13 @@ def test_the_guide_example_runs_on_two_ranks(
     monkeypatch.setenv("HF_ENDPOINT", hub.endpoint)
     monkeypatch.delenv("HF_TOKEN", raising=False)
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))  # no stored token, in the ranks too
-    found = re.search(
-        r"<!-- example: run by tests/integration/test_tensor_parallel.py -->\n```python\n(.*?)^```",
-        GUIDE.read_text(encoding="utf-8"),
-        re.S | re.M,
-    )
-    assert found is not None
-    script = tmp_path / "load.py"
-    script.write_text(found.group(1), encoding="utf-8")
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
-    result = subprocess.run(
-        [*command, "--nproc-per-node", "2", str(script)],
-        capture_output=True,
-        text=True,
-        timeout=240,
-        cwd=tmp_path,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr[-4000:]
+    stdout = run_guide_example("tests/integration/test_tensor_parallel.py", tmp_path)
     hidden = LLAMA["hidden_size"]
     for rank in (0, 1):
         assert f"rank {rank}: q_proj [{hidden}, {hidden}] -> local [{hidden // 2}, {hidden}]" in (
-            result.stdout
+            stdout
         )
-        assert f"rank {rank}: 16 shards" in result.stdout  # 7 a layer, the embedding, the head
+        assert f"rank {rank}: 16 shards" in stdout  # 7 a layer, the embedding, the head
 
 
 MiB = 1024 * KiB
