@@ -344,7 +344,27 @@ def _on_cuda(rank: int, world: int, job: dict[str, Any]) -> dict[str, Any]:
     with torch.no_grad():
         logits = module(tokens.cuda()).logits
     logits = logits.full_tensor() if hasattr(logits, "full_tensor") else logits
-    return {"wrong": wrong, "devices": devices, "logits": logits.cpu(), "rank": report.rank}
+
+    # The same through torch.distributed.checkpoint, into a module materialised on the GPU.
+    from torch.distributed.checkpoint.state_dict_loader import load
+    from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
+
+    from remotetensors.dcp import StorageReader
+
+    again = parallelize_module(_meta_llama(), mesh, _tp_plan()).to_empty(device="cuda")
+    load(
+        again.state_dict(),
+        storage_reader=StorageReader(job["url"]),
+        planner=DefaultLoadPlanner(allow_partial_load=True),
+    )
+    dcp_wrong = _check_shards(again, Path(job["folder"]))[1]
+    return {
+        "wrong": wrong,
+        "dcp_wrong": dcp_wrong,
+        "devices": devices,
+        "logits": logits.cpu(),
+        "rank": report.rank,
+    }
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
@@ -362,6 +382,7 @@ def test_ranks_fill_their_shards_on_a_cuda_mesh(
         expected = reference(tokens).logits
     for rank, result in enumerate(results):
         assert result["wrong"] == [], f"rank {rank}"
+        assert result["dcp_wrong"] == [], f"rank {rank}"
         assert result["devices"] == {"cuda"}
         assert torch.allclose(result["logits"], expected, rtol=0, atol=1e-4)
 
