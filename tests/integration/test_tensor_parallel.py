@@ -346,8 +346,8 @@ def _on_cuda(rank: int, world: int, job: dict[str, Any]) -> dict[str, Any]:
     logits = logits.full_tensor() if hasattr(logits, "full_tensor") else logits
 
     # The same through torch.distributed.checkpoint, into a module materialised on the GPU.
-    from torch.distributed.checkpoint.state_dict_loader import load
     from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
+    from torch.distributed.checkpoint.state_dict_loader import load
 
     from remotetensors.dcp import StorageReader
 
