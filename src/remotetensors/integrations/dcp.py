@@ -431,7 +431,7 @@ class StorageReader(_StorageReader):
             by_name.setdefault(item.dest_index.fqn, []).append(item)
         for name, (value, sharding) in exchanged.items():
             local = boxes[name].to(value.device)
-            moved = placed(_Exchanged(sharding), local).to_local()  # type: ignore[arg-type]
+            moved = placed(sharding, local).to_local()
             for item in by_name.get(name, []):
                 target = planner.resolve_tensor(item).detach()
                 target.copy_(_narrowed(moved, item))
@@ -580,13 +580,6 @@ def _narrowed(tensor: torch.Tensor, item: ReadItem) -> torch.Tensor:
     """The part of ``tensor`` that ``item`` fills: its ``dest_offsets`` + ``lengths``."""
     index = tuple(slice(o, o + n) for o, n in zip(item.dest_offsets, item.lengths, strict=True))
     return tensor[index] if index else tensor
-
-
-@dataclass(frozen=True)
-class _Exchanged:
-    """What :func:`.torch_exchange.placed` asks of a read: its sharding."""
-
-    sharding: Sharding
 
 
 def _portable(exc: BaseException) -> BaseException:

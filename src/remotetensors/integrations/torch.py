@@ -309,7 +309,7 @@ def _install(filling: Filling) -> None:
     read = filling.read
     if read.sharding is not None:
         if read.landing() is None:
-            tensor = placed(read, filling.tensor)
+            tensor = placed(read.sharding, filling.tensor)
             if read.in_place:
                 target: Any = read.target  # a DTensor
                 target.to_local().detach().copy_(tensor.to_local())

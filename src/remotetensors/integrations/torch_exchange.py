@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import torch
 
-    from .torch_plan import Read
     from .torch_shards import Sharding
 
 
@@ -58,15 +57,13 @@ def all_ranks_read(read_here: bool, device: torch.device) -> bool:
     return bool(flag.item())
 
 
-def placed(read: Read, local: torch.Tensor) -> Any:
-    """The DTensor of the module's placements made from ``local``, this rank's box of the
+def placed(sharding: Sharding, local: torch.Tensor) -> Any:
+    """The DTensor of ``sharding``'s placements made from ``local``, this rank's box of the
     tensor: as it is when the box is the shard, else with the rows exchanged between the ranks
     (collectives: see :func:`exchanged_rows`, else DTensor's ``redistribute``)."""
     import torch
     from torch.distributed.tensor import DTensor
 
-    sharding = read.sharding
-    assert sharding is not None
     placements = sharding.read_placements
     if sharding.exchanged:
         swapped = exchanged_rows(local, sharding)
