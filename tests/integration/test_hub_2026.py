@@ -107,11 +107,15 @@ def test_the_stand_in_redirects_to_a_signed_url_on_another_origin(hub_env: HubSt
 # --- signed URLs that expire, again and again --------------------------------------------------
 
 
+@pytest.mark.parametrize("direct_reads", [True, False], ids=["direct", "httpx"])
 def test_reads_that_outlive_their_signed_url_again_and_again_re_resolve_each_time(
-    hub_env: HubStandIn,
+    hub_env: HubStandIn, direct_reads: bool
 ) -> None:
     tensors = big_model(hub_env)
-    with rt.safe_open("hf://org/big/model.safetensors", options=SMALL_WINDOW) as f:
+    http = rt.HttpOptions(direct_reads=direct_reads)
+    with rt.safe_open(
+        "hf://org/big/model.safetensors", options=SMALL_WINDOW, http_options=http
+    ) as f:
         for lifetime in range(6):  # a notebook keeps the model open for many URL lifetimes
             hub_env.advance(2.0)  # the URL handed out last has expired
             before, refused = resolves(hub_env), hub_env.refused
@@ -170,12 +174,15 @@ def test_an_occasional_cdn_refusal_costs_one_resolve_and_no_error(hub_env: HubSt
 # --- what a request to the CDN carries ---------------------------------------------------------
 
 
-def test_no_request_to_the_cdn_carries_gzip_or_the_token(hub_env: HubStandIn) -> None:
+@pytest.mark.parametrize("direct_reads", [True, False], ids=["direct", "httpx"])
+def test_no_request_to_the_cdn_carries_gzip_or_the_token(
+    hub_env: HubStandIn, direct_reads: bool
+) -> None:
     tensors = big_model(hub_env)
     hub_env.add("org/gated", {"model.safetensors": write_reference(tensors)}, gated=True)
     # A caller's headers that ask for gzip, in either case: CloudFront would answer 200.
     for accept in ({"Accept-Encoding": "gzip"}, {"accept-encoding": "gzip, deflate"}):
-        options = rt.HttpOptions(headers=accept)
+        options = rt.HttpOptions(headers=accept, direct_reads=direct_reads)
         for repo in ("org/big", "org/gated"):
             with rt.open_model(
                 f"hf://{repo}", token=TOKEN, http_options=options, options=SMALL_WINDOW
