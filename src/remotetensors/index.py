@@ -298,6 +298,15 @@ class TensorTable(Mapping[str, TensorInfo]):
             moved += 1
         return moved
 
+    def row(self, name: str) -> Row:
+        """One tensor's row (with its file as :meth:`get` says), without building the others'.
+
+        Raises:
+            KeyError: no such tensor.
+        """
+        row = self._rows[name]
+        return row if self._file is None else placed(row, self._file)
+
     def rows(self) -> Mapping[str, Row]:
         """The rows, read-only, in the table's order (with their file as :meth:`get` says)."""
         if self._file is None and not self._by_name:

@@ -110,8 +110,10 @@ def find_experts(
     """
     found: dict[str, dict[str, Any]] = {}
     shared = False
-    # A table's rows give shapes and offsets without building a TensorInfo per tensor.
-    rows = tensors.rows() if isinstance(tensors, TensorTable) else None
+    # A table's rows give shapes and offsets without building a TensorInfo per tensor (row by
+    # row: the table's every row would cost a model of thousands of dense tensors, whose
+    # expert names are few or none, a pass over all of them).
+    table = tensors if isinstance(tensors, TensorTable) else None
     for name in names:
         where = _container(name)
         if where is None:
@@ -126,8 +128,8 @@ def find_experts(
                 "parameters": 0,
                 "nbytes": 0,
             }
-        if rows is not None:
-            _, shape, start, end, _ = rows[name]
+        if table is not None:
+            _, shape, start, end, _ = table.row(name)
         else:
             info = tensors[name]
             shape, start, end = info.shape, info.start, info.end
