@@ -448,9 +448,9 @@ def _peak_memory(rank: int, world: int, url: str) -> dict[str, int]:
 
 
 def test_peak_memory_per_rank(tmp_path: Path) -> None:
-    """A rank holds its shards, the bound, and while the row-wise weight's rows are exchanged
-    its box and one block of columns: (1 + 1/ranks) of that weight's share beyond the bound.
-    (DTensor's redistribute on gloo held the whole weight besides: 64 MiB more here.)"""
+    """A rank holds its shards and at most the bound besides: the row-wise weight's rows are
+    read and exchanged a slab at a time. (Read whole, then exchanged, its rows and a block of
+    columns came on top: 48 MiB more here; DTensor's redistribute on gloo, 112 MiB more.)"""
     state = {"0.weight": torch.ones(WIDE[1], WIDE[0]), "1.weight": torch.ones(WIDE[0], WIDE[1])}
     safetensors_torch.save_file(state, tmp_path / "model.safetensors")
     del state
@@ -458,7 +458,6 @@ def test_peak_memory_per_rank(tmp_path: Path) -> None:
         results = run_job(2, _peak_memory, f"{url}/model.safetensors")
     if not results[0]:
         pytest.skip("this kernel does not let a process reset its peak resident set")
-    share = WIDE[0] * WIDE[1] * 4 // 2  # the row-wise weight's share of one rank
     for result in results:
-        allowed = result["local"] + 8 * MiB + share * 3 // 2 + 32 * MiB
+        allowed = result["local"] + 8 * MiB + 32 * MiB  # the shards, the bound, the allocator
         assert result["growth"] <= allowed, (result["growth"] / MiB, allowed / MiB)

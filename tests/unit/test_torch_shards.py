@@ -83,3 +83,27 @@ def test_a_sharding_knows_whether_rows_are_exchanged() -> None:
     assert sharding((Shard(1),), (Shard(0),)).exchanged
     assert not sharding((Shard(0),), (Shard(0),)).exchanged
     assert sharding((Shard(1),), (Shard(0),)).stride == (6, 1)
+
+
+def test_only_a_single_row_wise_shard_is_exchanged_in_slabs() -> None:
+    from remotetensors.integrations.torch_shards import exchange_dim
+
+    def sharding(placements: tuple[Any, ...]) -> Sharding:
+        read = read_placements(placements, _info((4, 6)), "w")
+        return Sharding(None, placements, read, (4, 6), (0, 0), (2, 6))
+
+    assert exchange_dim(sharding((Shard(1),))) == 0
+    assert exchange_dim(sharding((Replicate(), Shard(1)))) == 1
+    assert exchange_dim(sharding((Shard(0),))) is None  # nothing to exchange
+    assert exchange_dim(sharding((Shard(0), Shard(1)))) is None  # redistribute's
+
+
+def test_chunks_are_torch_chunks() -> None:
+    from remotetensors.integrations.torch_shards import chunk
+
+    for size, ranks in [(7, 4), (8, 4), (3, 4), (10, 3)]:
+        pieces = torch.arange(size).chunk(ranks)
+        for index in range(ranks):
+            start, length = chunk(size, ranks, index)
+            expected = pieces[index].tolist() if index < len(pieces) else []
+            assert list(range(start, start + length)) == expected

@@ -25,8 +25,16 @@ from ..errors import (
 from ..models.model import load_model
 from ..models.sync import run_sync
 from ..options import ReadOptions
-from .torch_exchange import all_ranks_read, placed, process_rank, sharded_device
+from .torch_exchange import (
+    all_ranks_read,
+    dtensor,
+    placed,
+    process_rank,
+    shard_in_slabs,
+    sharded_device,
+)
 from .torch_plan import LISTED_NAMES, module_slots, plan_load, restore_ties, tied_groups
+from .torch_shards import exchange_dim
 from .torch_stream import DEFAULT_MAX_IN_FLIGHT_BYTES, Budget, Filling, Streamer
 
 if TYPE_CHECKING:
@@ -36,7 +44,8 @@ if TYPE_CHECKING:
 
     from ..models.model import AsyncModel
     from ..sources.http.client import HttpOptions
-    from .torch_plan import LoadPlan, Slot
+    from .torch_plan import LoadPlan, Read, Slot
+    from .torch_shards import Sharding
 
 
 @dataclass(frozen=True, slots=True)
@@ -282,7 +291,8 @@ async def _load(
             device=where,
             meta_device=torch_device(meta_device),
         )
-        fillings = [Filling(read) for read in plan.reads]
+        # Row-wise shards are read slab by slab as their rows are exchanged, after the rest.
+        fillings = [Filling(read) for read in plan.reads if not _in_slabs(read)]
         await Streamer(model, budget, done).run(fillings)
     except Exception as exc:
         if mesh_device is not None:
@@ -293,6 +303,16 @@ async def _load(
     if mesh_device is not None and not all_ranks_read(True, mesh_device):
         cause = RemoteTensorsError("another rank of the process group failed to load its part")
         raise _incomplete(_report(model, plan, module, loaded, began), plan, cause)
+    slab_bytes = budget.batch_bytes * budget.lanes // 2  # a slab and a block of it: the bound
+    try:
+        for read in plan.reads:  # in plan order, the same on every rank
+            if _in_slabs(read):
+                shard = await shard_in_slabs(model, read, slab_bytes)
+                sharding = _sharding(read)
+                _put_shard(read, dtensor(sharding, shard, sharding.placements))
+                loaded.update(slot.name for slot in read.slots)
+    except (RemoteTensorsError, OSError) as exc:
+        raise _incomplete(_report(model, plan, module, loaded, began), plan, exc) from exc
     for filling in fillings:  # in plan order, the same on every rank
         if id(filling) in exchanged:
             _install(filling)
@@ -309,17 +329,32 @@ def _install(filling: Filling) -> None:
     read = filling.read
     if read.sharding is not None:
         if read.landing() is None:
-            tensor = placed(read.sharding, filling.tensor)
-            if read.in_place:
-                target: Any = read.target  # a DTensor
-                target.to_local().detach().copy_(tensor.to_local())
-            else:
-                _put(read.slots, tensor, requires_grad=read.target.requires_grad)
+            _put_shard(read, placed(read.sharding, filling.tensor))
         return
     if not read.in_place:
         _put(read.slots, filling.tensor, requires_grad=read.target.requires_grad)
     elif not read.target.is_contiguous():
         read.target.detach().copy_(filling.tensor)
+
+
+def _in_slabs(read: Read) -> bool:
+    """Whether ``read`` is a row-wise shard whose rows are read and exchanged slab by slab."""
+    return read.sharding is not None and exchange_dim(read.sharding) is not None
+
+
+def _sharding(read: Read) -> Sharding:
+    assert read.sharding is not None
+    return read.sharding
+
+
+def _put_shard(read: Read, tensor: Any) -> None:
+    """Put a DTensor of the module's placements in the module: into its own DTensor's local
+    shard when it is filled in place, else as a new parameter or buffer."""
+    if read.in_place:
+        target: Any = read.target  # a DTensor
+        target.to_local().detach().copy_(tensor.to_local())
+    else:
+        _put(read.slots, tensor, requires_grad=read.target.requires_grad)
 
 
 def _move_the_rest(module: torch.nn.Module, device: torch.device, loaded: set[str]) -> None:

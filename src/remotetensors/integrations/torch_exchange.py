@@ -8,11 +8,16 @@ others waiting in an exchange it will not join.
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any
+
+from .torch_shards import chunk, exchange_dim
 
 if TYPE_CHECKING:
     import torch
 
+    from ..models.model import AsyncModel
+    from .torch_plan import Read
     from .torch_shards import Sharding
 
 
@@ -61,15 +66,22 @@ def placed(sharding: Sharding, local: torch.Tensor) -> Any:
     """The DTensor of ``sharding``'s placements made from ``local``, this rank's box of the
     tensor: as it is when the box is the shard, else with the rows exchanged between the ranks
     (collectives: see :func:`exchanged_rows`, else DTensor's ``redistribute``)."""
+    if not sharding.exchanged:
+        return dtensor(sharding, local, sharding.placements)
+    shard = exchanged_rows(local, sharding)
+    if shard is not None:
+        return dtensor(sharding, shard, sharding.placements)
+    whole = dtensor(sharding, local, sharding.read_placements)
+    return whole.redistribute(sharding.mesh, sharding.placements)
+
+
+def dtensor(sharding: Sharding, local: torch.Tensor, placements: tuple[Any, ...]) -> Any:
+    """The DTensor whose local tensor on this rank is ``local``, placed by ``placements`` on
+    ``sharding``'s mesh (no collective)."""
     import torch
     from torch.distributed.tensor import DTensor
 
-    placements = sharding.read_placements
-    if sharding.exchanged:
-        swapped = exchanged_rows(local, sharding)
-        if swapped is not None:
-            local, placements = swapped, sharding.placements
-    whole = DTensor.from_local(
+    return DTensor.from_local(
         local,
         sharding.mesh,
         placements,
@@ -77,9 +89,6 @@ def placed(sharding: Sharding, local: torch.Tensor) -> Any:
         shape=torch.Size(sharding.shape),
         stride=sharding.stride,
     )
-    if placements != sharding.placements:
-        whole = whole.redistribute(sharding.mesh, sharding.placements)
-    return whole
 
 
 def exchanged_rows(box: torch.Tensor, sharding: Sharding) -> torch.Tensor | None:
@@ -92,21 +101,17 @@ def exchanged_rows(box: torch.Tensor, sharding: Sharding) -> torch.Tensor | None
     """
     import torch
     import torch.distributed as dist
-    from torch.distributed.tensor import Replicate, Shard
 
-    sharded = [m for m, p in enumerate(sharding.placements) if not isinstance(p, Replicate)]
-    if len(sharded) != 1 or sharding.read_placements[sharded[0]] != Shard(0):
+    mesh_dim = exchange_dim(sharding)
+    if mesh_dim is None or not (dist.is_available() and dist.is_initialized()):
         return None
-    mesh_dim = sharded[0]
     dim = sharding.placements[mesh_dim].dim
-    if dim == 0 or not (dist.is_available() and dist.is_initialized()):
-        return None
     mesh = sharding.mesh
     group = mesh.get_group(mesh_dim)
     ranks = mesh.size(mesh_dim)
     me = mesh.get_local_rank(mesh_dim)
-    rows = [_chunk(sharding.shape[0], ranks, j) for j in range(ranks)]
-    columns = [_chunk(sharding.shape[dim], ranks, j) for j in range(ranks)]
+    rows = [chunk(sharding.shape[0], ranks, j) for j in range(ranks)]
+    columns = [chunk(sharding.shape[dim], ranks, j) for j in range(ranks)]
     shape = list(sharding.shape)
     shape[dim] = columns[me][1]
     shard = torch.empty(shape, dtype=box.dtype, device=box.device)
@@ -127,10 +132,81 @@ def exchanged_rows(box: torch.Tensor, sharding: Sharding) -> torch.Tensor | None
     return shard
 
 
-def _chunk(size: int, chunks: int, index: int) -> tuple[int, int]:
-    """Chunk ``index`` of ``size`` elements cut as DTensor cuts a ``Shard`` (``torch.chunk``'s
-    sizes): its start and length."""
-    from torch.distributed.tensor import Shard
+async def shard_in_slabs(model: AsyncModel, read: Read, slab_bytes: int) -> torch.Tensor:
+    """This rank's ``Shard(d)`` shard of ``read``'s tensor (see :func:`.torch_shards.
+    exchange_dim`), its rows read and exchanged a slab at a time, so that a rank holds the
+    shard, one slab of at most ``slab_bytes`` and one block of it: its rows are never held
+    whole beside the shard. Slab ``s`` is rows ``[s * n, (s + 1) * n)`` of every rank's
+    ``Shard(0)`` rows (``n`` from the whole tensor's shape, the same on every rank); each rank
+    reads its slab (one range), the ranks agree that all did, then each sends every other rank
+    its columns of the slab and receives its own columns of theirs.
 
-    length, start = Shard.local_shard_size_and_offset(size, chunks, index)
-    return int(start), int(length)
+    Raises:
+        RemoteTensorsError: this rank's read failed (its own error), or another rank's did.
+    """
+    import torch
+    import torch.distributed as dist
+
+    from ..errors import RemoteTensorsError
+    from ..reading.file import TensorPiece
+
+    sharding = read.sharding
+    assert sharding is not None
+    mesh_dim = exchange_dim(sharding)
+    assert mesh_dim is not None
+    dim = sharding.placements[mesh_dim].dim
+    mesh, shape = sharding.mesh, sharding.shape
+    group = mesh.get_group(mesh_dim)
+    ranks, me = mesh.size(mesh_dim), mesh.get_local_rank(mesh_dim)
+    rows = [chunk(shape[0], ranks, j) for j in range(ranks)]
+    columns = [chunk(shape[dim], ranks, j) for j in range(ranks)]
+    row_bytes = read.info.dtype_info.nbytes(math.prod(shape[1:]))
+    per_slab = max(1, slab_bytes // max(1, row_bytes))
+    local = list(shape)
+    local[dim] = columns[me][1]
+    shard = torch.empty(local, dtype=read.dtype, device=read.device)
+    converted = read.dtype != read.file_dtype
+
+    def taken(rank: int, first: int) -> int:  # rows of ``rank``'s in the slab starting there
+        return max(0, min(per_slab, rows[rank][1] - first))
+
+    for first in range(0, max(length for _, length in rows), per_slab):
+        count = taken(me, first)
+        slab = torch.empty((count, *shape[1:]), dtype=read.file_dtype)
+        failure: BaseException | None = None
+        if count:
+            piece = TensorPiece(
+                read.checkpoint_name,
+                (rows[me][0] + first) * row_bytes,
+                slab.reshape(-1).view(torch.uint8).numpy().data,
+            )
+            try:
+                await model.read_into([piece])
+            except (RemoteTensorsError, OSError) as exc:
+                failure = exc
+        if not all_ranks_read(failure is None, read.device):
+            if failure is not None:
+                raise failure
+            raise RemoteTensorsError(
+                f"{read.checkpoint_name}: another rank failed to read its rows of it"
+            )
+        slab = slab.to(read.device)
+        shard.narrow(0, rows[me][0] + first, count).copy_(slab.narrow(dim, *columns[me]))
+        for step in range(1, ranks):
+            to, source = (me + step) % ranks, (me - step) % ranks
+            sent = slab.narrow(dim, *columns[to]).contiguous()
+            place = shard.narrow(0, rows[source][0] + first, taken(source, first))
+            received = torch.empty_like(place, dtype=read.file_dtype) if converted else place
+            operations = []
+            if sent.numel():
+                peer = dist.get_global_rank(group, to)
+                operations.append(dist.P2POp(dist.isend, sent, peer, group))
+            if received.numel():
+                peer = dist.get_global_rank(group, source)
+                operations.append(dist.P2POp(dist.irecv, received, peer, group))
+            for work in dist.batch_isend_irecv(operations) if operations else ():
+                work.wait()
+            if converted:
+                place.copy_(received)
+        del slab
+    return shard

@@ -148,3 +148,27 @@ def _dtensor_class() -> type | None:
     except ImportError:  # torch built without distributed support
         return None
     return DTensor
+
+
+def exchange_dim(sharding: Sharding) -> int | None:
+    """The mesh dimension along which the ranks exchange rows for ``sharding``, when it is one
+    ``Shard(d)`` (``d > 0``) of a row-major tensor read as ``Shard(0)`` on one mesh dimension,
+    the others ``Replicate()``: the rows can then be exchanged slab by slab, point to point.
+    None otherwise (nothing to exchange, or shards on several mesh dimensions)."""
+    from torch.distributed.tensor import Replicate, Shard
+
+    sharded = [m for m, p in enumerate(sharding.placements) if not isinstance(p, Replicate)]
+    if len(sharded) != 1 or sharding.read_placements[sharded[0]] != Shard(0):
+        return None
+    mesh_dim = sharded[0]
+    placement = sharding.placements[mesh_dim]
+    return mesh_dim if type(placement) is Shard and placement.dim > 0 else None
+
+
+def chunk(size: int, chunks: int, index: int) -> tuple[int, int]:
+    """Chunk ``index`` of ``size`` elements cut as DTensor cuts a ``Shard`` (``torch.chunk``'s
+    sizes): its start and length."""
+    from torch.distributed.tensor import Shard
+
+    length, start = Shard.local_shard_size_and_offset(size, chunks, index)
+    return int(start), int(length)
