@@ -1,9 +1,14 @@
-"""The collective step of filling DTensors (see :mod:`.torch_shards`): each rank has read its
-box of every tensor; the ranks agree that every one of them did, then the tensors whose box is
-not the module's shard are redistributed into the module's placements, one after another in
-the plan's order. Every rank runs the same plan (the same module, the same headers), so their
-collectives match; the agreement first means a rank that failed to read never leaves the
-others waiting in an exchange it will not join.
+"""The collective step of filling DTensors (see :mod:`.torch_shards`). Every rank runs the same
+plan (the same module, the same headers), so their collectives match.
+
+- The ranks agree that every one of them read its part before any rows move (and slab by slab
+  while they move), so a rank that failed never leaves the others waiting in an exchange it
+  will not join (:func:`all_ranks_read`).
+- A row-wise shard (one ``Shard(d)``, ``d > 0``, on one mesh dimension) is made from the
+  ``Shard(0)`` rows of every rank of that dimension, exchanged point to point: a slab of rows at
+  a time as they are read (:func:`shard_in_slabs`, ``load_into``), or all the rows read at once
+  (:func:`exchanged_rows`, the DCP reader). Anything else goes through DTensor's
+  ``redistribute``.
 """
 
 from __future__ import annotations

@@ -8,9 +8,10 @@ dimension (``Shard(0)``) is one run of bytes; a box that splits another dimensio
 the ranks. Reading those runs one request each costs a round trip per row, and covering them
 with their holes reads every other rank's bytes too. So a rank reads the box it would hold were
 every ``Shard(d)`` a ``Shard(0)`` (one run, the same number of elements as its own shard when the
-split is even), and DTensor's own ``redistribute`` moves the rows between the ranks into the
-module's placements: each byte of the checkpoint crosses the network once for the whole job, in
-one request per tensor and rank. ``Replicate()`` is read whole on every rank, as it must be held.
+split is even), and the ranks exchange the rows into the module's placements (see
+:mod:`.torch_exchange`): each byte of the checkpoint crosses the network once for the whole job,
+in one request per tensor and rank (a slab of rows at a time where the bound asks).
+``Replicate()`` is read whole on every rank, as it must be held.
 
 A tensor stored as a strided view (a transposed weight in a PyTorch ``.bin``) has no row-major
 runs to split: each rank reads it whole (``Replicate()``) and keeps its part, a local copy.
