@@ -164,6 +164,16 @@ class HubStandIn:
         """The requests the CDN saw."""
         return [e for e in self.log.entries if e.path.startswith(("/cdn/", "/xet-bridge-us/"))]
 
+    def cdn_ranges(self) -> list[tuple[int, int]]:
+        """(start, end exclusive) of each ranged request the CDN saw, in order (its paths name
+        blobs, not files: in a test of one file, that file's reads)."""
+        found = []
+        for entry in self.cdn_entries():
+            match = re.match(r"bytes=(\d+)-(\d+)", entry.range or "")
+            if match:
+                found.append((int(match.group(1)), int(match.group(2)) + 1))
+        return found
+
     def _signed_location(self, sha: str) -> str:
         """A CDN URL for blob ``sha``, signed and valid ``url_validity_seconds`` from now, in
         the form of the hub's 2026 redirects."""

@@ -112,7 +112,8 @@ def test_the_readme_torch_section_runs(hub_env: HubStandIn) -> None:
     assert layer.state_dict().keys() == wanted.keys()
     for name, tensor in layer.state_dict().items():
         assert torch.equal(tensor, wanted[name]), name
-    data = [e for e in hub_env.log.entries if "/cdn/" in e.path or "model-0" in e.path]
+    data = hub_env.cdn_entries()
+    assert data
     layer_bytes = sum(t.numel() * t.element_size() for t in wanted.values())
     assert sum(e.sent_bytes for e in data) <= 1.1 * layer_bytes + 8 * 64 * 1024
 
