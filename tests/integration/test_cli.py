@@ -253,3 +253,27 @@ def test_safe_open_of_a_repo_is_a_location_error() -> None:
 
     with pytest.raises(rt.LocationError, match="names a repo or folder, not a file"):
         rt.safe_open("hf://org/repo")
+
+
+def test_the_demo_server_is_quiet_when_a_client_leaves(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A reader that cancels a request it no longer needs (discovery, once the single file has
+    answered) leaves the demo's server writing to a closed socket: no traceback for that."""
+    from remotetensors.cli.sample import CountingServer
+
+    server = CountingServer(tmp_path)
+    try:
+        for gone in (BrokenPipeError(32, "Broken pipe"), ConnectionResetError(104, "reset")):
+            try:
+                raise gone
+            except OSError:
+                server._httpd.handle_error(None, ("127.0.0.1", 1))
+        assert capsys.readouterr().err == ""
+        try:
+            raise ValueError("a real fault")
+        except ValueError:
+            server._httpd.handle_error(None, ("127.0.0.1", 1))
+        assert "ValueError: a real fault" in capsys.readouterr().err
+    finally:
+        server.stop()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -104,6 +105,16 @@ def write_moe_checkpoint(folder: Path, *, layers: int = 2, hidden: int = 128) ->
     (folder / "config.json").write_text(json.dumps(config, indent=1))
 
 
+class _QuietServer(ThreadingHTTPServer):
+    """A server that says nothing when a client leaves before its answer is written (a reader
+    that no longer needs a file cancels its request); other errors are printed as usual."""
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if isinstance(sys.exc_info()[1], (BrokenPipeError, ConnectionResetError)):
+            return
+        super().handle_error(request, client_address)
+
+
 class CountingServer:
     """Serves a folder over HTTP with byte ranges on 127.0.0.1, counting requests and bytes."""
 
@@ -157,7 +168,7 @@ class CountingServer:
                 with lock:
                     server.bytes_sent += len(body)
 
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._httpd = _QuietServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self._httpd.server_address[1]}/"
         self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
         self._thread.start()
