@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-from .torch_shards import chunk, exchange_dim
+from .torch_shards import chunk, dtensor_class, exchange_dim
 
 if TYPE_CHECKING:
     import torch
@@ -40,13 +40,13 @@ def sharded_device(module: torch.nn.Module) -> torch.device | None:
     device), where the ranks' agreement travels; None when the module holds no DTensor."""
     import torch
 
-    try:
-        from torch.distributed.tensor import DTensor
-    except ImportError:  # torch built without distributed support
+    dtensor = dtensor_class()
+    if dtensor is None:
         return None
     for tensor in (*module.parameters(), *module.buffers()):
-        if isinstance(tensor, DTensor):
-            kind = tensor.device_mesh.device_type
+        if isinstance(tensor, dtensor):
+            placed: Any = tensor  # a DTensor (mypy narrows to the class object's instances)
+            kind = placed.device_mesh.device_type
             if kind == "cuda":
                 return torch.device(kind, torch.cuda.current_device())
             return torch.device(kind)

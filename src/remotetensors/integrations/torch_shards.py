@@ -20,6 +20,7 @@ runs to split: each rank reads it whole (``Replicate()``) and keeps its part, a 
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -75,7 +76,7 @@ def sharding_of(target: torch.Tensor, info: TensorInfo, name: str) -> Sharding |
         FrameworkError: a placement a checkpoint cannot fill (``Partial``: a sum of the ranks'
             values; ``_StridedShard``), or a rank outside the tensor's mesh.
     """
-    dtensor = _dtensor_class()
+    dtensor = dtensor_class()
     if dtensor is None or not isinstance(target, dtensor):
         return None
     placed: Any = target  # a DTensor (torch's stubs type module tensors as Tensor)
@@ -142,13 +143,13 @@ def box_bytes(info: TensorInfo, offsets: tuple[int, ...], box: tuple[int, ...]) 
     return info.dtype_info.nbytes(offsets[0] * math.prod(info.shape[1:]))
 
 
-def _dtensor_class() -> type | None:
-    """``DTensor``, or None where this torch has no ``torch.distributed``."""
-    try:
-        from torch.distributed.tensor import DTensor
-    except ImportError:  # torch built without distributed support
-        return None
-    return DTensor
+def dtensor_class() -> type | None:
+    """``DTensor``, or None when no DTensor can exist in this process: ``torch.distributed.
+    tensor`` was never imported (a DTensor is made through it), or this torch has no
+    ``torch.distributed``. Importing it costs tens of MiB and a fraction of a second, which a
+    load of plain tensors must not pay."""
+    module = sys.modules.get("torch.distributed.tensor")
+    return getattr(module, "DTensor", None) if module is not None else None
 
 
 def exchange_dim(sharding: Sharding) -> int | None:
