@@ -30,8 +30,8 @@ from .torch_exchange import (
     dtensor,
     placed,
     process_rank,
-    shard_in_slabs,
     sharded_device,
+    shards_in_slabs,
 )
 from .torch_plan import LISTED_NAMES, module_slots, plan_load, restore_ties, tied_groups
 from .torch_shards import exchange_dim
@@ -303,16 +303,16 @@ async def _load(
     if mesh_device is not None and not all_ranks_read(True, mesh_device):
         cause = RemoteTensorsError("another rank of the process group failed to load its part")
         raise _incomplete(_report(model, plan, module, loaded, began), plan, cause)
-    slab_bytes = budget.batch_bytes * budget.lanes // 2  # a slab and a block of it: the bound
+    slab_bytes = budget.batch_bytes * budget.lanes // 2  # slabs and a block of one: the bound
+    row_wise = [read for read in plan.reads if _in_slabs(read)]  # in plan order, on every rank
     try:
-        for read in plan.reads:  # in plan order, the same on every rank
-            if _in_slabs(read):
-                shard = await shard_in_slabs(model, read, slab_bytes)
-                sharding = _sharding(read)
-                _put_shard(read, dtensor(sharding, shard, sharding.placements))
-                loaded.update(slot.name for slot in read.slots)
+        shards = await shards_in_slabs(model, row_wise, slab_bytes)
     except (RemoteTensorsError, OSError) as exc:
         raise _incomplete(_report(model, plan, module, loaded, began), plan, exc) from exc
+    for read, shard in zip(row_wise, shards, strict=True):
+        sharding = _sharding(read)
+        _put_shard(read, dtensor(sharding, shard, sharding.placements))
+        loaded.update(slot.name for slot in read.slots)
     for filling in fillings:  # in plan order, the same on every rank
         if id(filling) in exchanged:
             _install(filling)

@@ -137,81 +137,128 @@ def exchanged_rows(box: torch.Tensor, sharding: Sharding) -> torch.Tensor | None
     return shard
 
 
-async def shard_in_slabs(model: AsyncModel, read: Read, slab_bytes: int) -> torch.Tensor:
-    """This rank's ``Shard(d)`` shard of ``read``'s tensor (see :func:`.torch_shards.
-    exchange_dim`), its rows read and exchanged a slab at a time, so that a rank holds the
-    shard, one slab of at most ``slab_bytes`` and one block of it: its rows are never held
-    whole beside the shard. Slab ``s`` is rows ``[s * n, (s + 1) * n)`` of every rank's
-    ``Shard(0)`` rows (``n`` from the whole tensor's shape, the same on every rank); each rank
-    reads its slab (one range), the ranks agree that all did, then each sends every other rank
-    its columns of the slab and receives its own columns of theirs.
+class _RowWise:
+    """One row-wise shard being made (see :func:`shards_in_slabs`): where its rows and columns
+    are on each rank of its mesh dimension, and the shard the slabs fill."""
+
+    def __init__(self, read: Read, slab_bytes: int) -> None:
+        import torch
+
+        sharding = read.sharding
+        assert sharding is not None
+        mesh_dim = exchange_dim(sharding)
+        assert mesh_dim is not None
+        self.read = read
+        self.dim = sharding.placements[mesh_dim].dim
+        shape, mesh = sharding.shape, sharding.mesh
+        self.shape = shape
+        self.group = mesh.get_group(mesh_dim)
+        self.ranks, self.me = mesh.size(mesh_dim), mesh.get_local_rank(mesh_dim)
+        self.rows = [chunk(shape[0], self.ranks, j) for j in range(self.ranks)]
+        self.columns = [chunk(shape[self.dim], self.ranks, j) for j in range(self.ranks)]
+        self.row_bytes = read.info.dtype_info.nbytes(math.prod(shape[1:]))
+        # Rows a slab takes of each rank's rows: the same on every rank (the whole shape's).
+        self.per_slab = max(1, slab_bytes // max(1, self.row_bytes))
+        local = list(shape)
+        local[self.dim] = self.columns[self.me][1]
+        self.shard = torch.empty(local, dtype=read.dtype, device=read.device)
+
+    def slabs(self) -> list[tuple[int, int]]:
+        """(first row, at most bytes) of each slab, in order: rows ``[first, first + n)`` of
+        every rank's rows."""
+        most = max(length for _, length in self.rows)
+        return [
+            (first, min(self.per_slab, most - first) * self.row_bytes)
+            for first in range(0, most, self.per_slab)
+        ]
+
+    def taken(self, rank: int, first: int) -> int:
+        """How many of ``rank``'s rows the slab starting at ``first`` holds."""
+        return max(0, min(self.per_slab, self.rows[rank][1] - first))
+
+    def exchange(self, slab: torch.Tensor, first: int) -> None:
+        """Put this rank's columns of its slab in the shard, send every other rank its
+        columns, and receive this rank's columns of theirs (pairs of peers, point to point)."""
+        import torch
+        import torch.distributed as dist
+
+        read, dim, rows, columns, me = self.read, self.dim, self.rows, self.columns, self.me
+        converted = read.dtype != read.file_dtype
+        slab = slab.to(read.device)
+        count = self.taken(me, first)
+        self.shard.narrow(0, rows[me][0] + first, count).copy_(slab.narrow(dim, *columns[me]))
+        for step in range(1, self.ranks):
+            to, source = (me + step) % self.ranks, (me - step) % self.ranks
+            sent = slab.narrow(dim, *columns[to]).contiguous()
+            place = self.shard.narrow(0, rows[source][0] + first, self.taken(source, first))
+            received = torch.empty_like(place, dtype=read.file_dtype) if converted else place
+            operations = []
+            if sent.numel():
+                peer = dist.get_global_rank(self.group, to)
+                operations.append(dist.P2POp(dist.isend, sent, peer, self.group))
+            if received.numel():
+                peer = dist.get_global_rank(self.group, source)
+                operations.append(dist.P2POp(dist.irecv, received, peer, self.group))
+            for work in dist.batch_isend_irecv(operations) if operations else ():
+                work.wait()
+            if converted:
+                place.copy_(received)
+
+
+async def shards_in_slabs(
+    model: AsyncModel, reads: list[Read], slab_bytes: int
+) -> list[torch.Tensor]:
+    """The ``Shard(d)`` shards of row-wise ``reads`` (see :func:`.torch_shards.exchange_dim`),
+    in order, their rows read and exchanged a slab at a time: a rank holds the shards, the
+    slabs of one round (at most ``slab_bytes``) and a block of one of them, never its rows
+    whole beside its shards. Slab ``(first, n)`` of a tensor is rows ``[first, first + n)`` of
+    every rank's ``Shard(0)`` rows (``n`` from the whole tensor's shape, the same on every rank).
+    Slabs are taken into rounds in order, as many as ``slab_bytes`` holds: each rank reads its
+    parts of a round's slabs together (ranges read concurrently), the ranks agree that all did,
+    then exchange slab by slab.
 
     Raises:
         RemoteTensorsError: this rank's read failed (its own error), or another rank's did.
     """
     import torch
-    import torch.distributed as dist
 
     from ..errors import RemoteTensorsError
     from ..reading.file import TensorPiece
 
-    sharding = read.sharding
-    assert sharding is not None
-    mesh_dim = exchange_dim(sharding)
-    assert mesh_dim is not None
-    dim = sharding.placements[mesh_dim].dim
-    mesh, shape = sharding.mesh, sharding.shape
-    group = mesh.get_group(mesh_dim)
-    ranks, me = mesh.size(mesh_dim), mesh.get_local_rank(mesh_dim)
-    rows = [chunk(shape[0], ranks, j) for j in range(ranks)]
-    columns = [chunk(shape[dim], ranks, j) for j in range(ranks)]
-    row_bytes = read.info.dtype_info.nbytes(math.prod(shape[1:]))
-    per_slab = max(1, slab_bytes // max(1, row_bytes))
-    local = list(shape)
-    local[dim] = columns[me][1]
-    shard = torch.empty(local, dtype=read.dtype, device=read.device)
-    converted = read.dtype != read.file_dtype
-
-    def taken(rank: int, first: int) -> int:  # rows of ``rank``'s in the slab starting there
-        return max(0, min(per_slab, rows[rank][1] - first))
-
-    for first in range(0, max(length for _, length in rows), per_slab):
-        count = taken(me, first)
-        slab = torch.empty((count, *shape[1:]), dtype=read.file_dtype)
+    if not reads:
+        return []
+    made = [_RowWise(read, slab_bytes) for read in reads]
+    rounds: list[list[tuple[_RowWise, int]]] = [[]]
+    held = 0
+    for one in made:
+        for first, nbytes in one.slabs():
+            if rounds[-1] and held + nbytes > slab_bytes:
+                rounds.append([])
+                held = 0
+            rounds[-1].append((one, first))
+            held += nbytes
+    device = reads[0].device
+    for slabs in rounds:
+        tensors, pieces = [], []
+        for one, first in slabs:
+            count = one.taken(one.me, first)
+            slab = torch.empty((count, *one.shape[1:]), dtype=one.read.file_dtype)
+            tensors.append(slab)
+            if count:
+                offset = (one.rows[one.me][0] + first) * one.row_bytes
+                data = slab.reshape(-1).view(torch.uint8).numpy().data
+                pieces.append(TensorPiece(one.read.checkpoint_name, offset, data))
         failure: BaseException | None = None
-        if count:
-            piece = TensorPiece(
-                read.checkpoint_name,
-                (rows[me][0] + first) * row_bytes,
-                slab.reshape(-1).view(torch.uint8).numpy().data,
-            )
-            try:
-                await model.read_into([piece])
-            except (RemoteTensorsError, OSError) as exc:
-                failure = exc
-        if not all_ranks_read(failure is None, read.device):
+        try:
+            if pieces:
+                await model.read_into(pieces)
+        except (RemoteTensorsError, OSError) as exc:
+            failure = exc
+        if not all_ranks_read(failure is None, device):
             if failure is not None:
                 raise failure
-            raise RemoteTensorsError(
-                f"{read.checkpoint_name}: another rank failed to read its rows of it"
-            )
-        slab = slab.to(read.device)
-        shard.narrow(0, rows[me][0] + first, count).copy_(slab.narrow(dim, *columns[me]))
-        for step in range(1, ranks):
-            to, source = (me + step) % ranks, (me - step) % ranks
-            sent = slab.narrow(dim, *columns[to]).contiguous()
-            place = shard.narrow(0, rows[source][0] + first, taken(source, first))
-            received = torch.empty_like(place, dtype=read.file_dtype) if converted else place
-            operations = []
-            if sent.numel():
-                peer = dist.get_global_rank(group, to)
-                operations.append(dist.P2POp(dist.isend, sent, peer, group))
-            if received.numel():
-                peer = dist.get_global_rank(group, source)
-                operations.append(dist.P2POp(dist.irecv, received, peer, group))
-            for work in dist.batch_isend_irecv(operations) if operations else ():
-                work.wait()
-            if converted:
-                place.copy_(received)
-        del slab
-    return shard
+            raise RemoteTensorsError("another rank failed to read its rows of a row-wise tensor")
+        for (one, first), slab in zip(slabs, tensors, strict=True):
+            one.exchange(slab, first)
+        del tensors
+    return [one.shard for one in made]
