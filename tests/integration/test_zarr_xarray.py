@@ -47,9 +47,7 @@ def test_xarray_lists_every_tensor_without_moving_tensor_data(on_hub: HubStandIn
         assert served[0].sent_bytes <= chunk_bytes
         # The one chunk holding rows 1000:1010, not the 47 MB matrix.
         first = 1000 // chunk[0] * chunk[0]
-        assert on_hub.cdn_ranges() == [
-            (start + first * 1536, start + (first + chunk[0]) * 1536)
-        ]
+        assert on_hub.cdn_ranges() == [(start + first * 1536, start + (first + chunk[0]) * 1536)]
 
 
 def readme_example() -> str:
