@@ -6,7 +6,7 @@ plan (the same module, the same headers), so their collectives match.
   will not join (:func:`all_ranks_read`).
 - A row-wise shard (one ``Shard(d)``, ``d > 0``, on one mesh dimension) is made from the
   ``Shard(0)`` rows of every rank of that dimension, exchanged point to point: a slab of rows at
-  a time as they are read (:func:`shard_in_slabs`, ``load_into``), or all the rows read at once
+  a time as they are read (:func:`shards_in_slabs`, ``load_into``), or all the rows read at once
   (:func:`exchanged_rows`, the DCP reader). Anything else goes through DTensor's
   ``redistribute``.
 """
@@ -55,8 +55,9 @@ def sharded_device(module: torch.nn.Module) -> torch.device | None:
 
 def all_ranks_read(read_here: bool, device: torch.device) -> bool:
     """Whether every rank of the default process group read its part (``read_here`` is this
-    rank's answer): a collective that every rank calls once per load of DTensors, on the
-    ``device`` its backend serves (gloo: the CPU). True without a process group."""
+    rank's answer): a collective that every rank calls at the same steps of a load of DTensors
+    (once the tensors are streamed, then once a round of row-wise slabs), on the ``device`` its
+    backend serves (gloo: the CPU). True without a process group."""
     import torch
     import torch.distributed as dist
 
@@ -104,64 +105,50 @@ def exchanged_rows(box: torch.Tensor, sharding: Sharding) -> torch.Tensor | None
     whole tensor on every rank). None where the placements are not one ``Shard(d)`` of a
     row-major tensor on one mesh dimension, the others ``Replicate()`` (then ``redistribute``).
     """
-    import torch
     import torch.distributed as dist
 
-    mesh_dim = exchange_dim(sharding)
-    if mesh_dim is None or not (dist.is_available() and dist.is_initialized()):
+    if exchange_dim(sharding) is None or not (dist.is_available() and dist.is_initialized()):
         return None
-    dim = sharding.placements[mesh_dim].dim
-    mesh = sharding.mesh
-    group = mesh.get_group(mesh_dim)
-    ranks = mesh.size(mesh_dim)
-    me = mesh.get_local_rank(mesh_dim)
-    rows = [chunk(sharding.shape[0], ranks, j) for j in range(ranks)]
-    columns = [chunk(sharding.shape[dim], ranks, j) for j in range(ranks)]
-    shape = list(sharding.shape)
-    shape[dim] = columns[me][1]
-    shard = torch.empty(shape, dtype=box.dtype, device=box.device)
-    shard.narrow(0, *rows[me]).copy_(box.narrow(dim, *columns[me]))
-    for step in range(1, ranks):
-        to, source = (me + step) % ranks, (me - step) % ranks
-        sent = box.narrow(dim, *columns[to]).contiguous()  # my rows of its columns
-        received = shard.narrow(0, *rows[source])  # its rows of my columns: contiguous
-        operations = []
-        if sent.numel():
-            peer = dist.get_global_rank(group, to)
-            operations.append(dist.P2POp(dist.isend, sent, peer, group))
-        if received.numel():
-            peer = dist.get_global_rank(group, source)
-            operations.append(dist.P2POp(dist.irecv, received, peer, group))
-        for work in dist.batch_isend_irecv(operations) if operations else ():
-            work.wait()
-    return shard
+    whole = _RowWise(sharding, box.dtype, box.dtype, box.device, slab_bytes=None)
+    whole.exchange(box, 0)
+    return whole.shard
 
 
 class _RowWise:
     """One row-wise shard being made (see :func:`shards_in_slabs`): where its rows and columns
     are on each rank of its mesh dimension, and the shard the slabs fill."""
 
-    def __init__(self, read: Read, slab_bytes: int) -> None:
+    def __init__(
+        self,
+        sharding: Sharding,
+        dtype: torch.dtype,
+        stored: torch.dtype,
+        device: torch.device,
+        *,
+        slab_bytes: int | None,
+    ) -> None:
+        """``dtype``: the shard's; ``stored``: the rows' as read (converted on arrival);
+        ``slab_bytes``: the most bytes of rows a slab holds (None: all of them at once)."""
         import torch
 
-        sharding = read.sharding
-        assert sharding is not None
         mesh_dim = exchange_dim(sharding)
         assert mesh_dim is not None
-        self.read = read
         self.dim = sharding.placements[mesh_dim].dim
         shape, mesh = sharding.shape, sharding.mesh
-        self.shape = shape
+        self.shape, self.dtype, self.stored, self.device = shape, dtype, stored, device
         self.group = mesh.get_group(mesh_dim)
         self.ranks, self.me = mesh.size(mesh_dim), mesh.get_local_rank(mesh_dim)
         self.rows = [chunk(shape[0], self.ranks, j) for j in range(self.ranks)]
         self.columns = [chunk(shape[self.dim], self.ranks, j) for j in range(self.ranks)]
-        self.row_bytes = read.info.dtype_info.nbytes(math.prod(shape[1:]))
+        self.row_bytes = stored.itemsize * math.prod(shape[1:])
         # Rows a slab takes of each rank's rows: the same on every rank (the whole shape's).
-        self.per_slab = max(1, slab_bytes // max(1, self.row_bytes))
+        most = max(length for _, length in self.rows)
+        self.per_slab = most or 1
+        if slab_bytes is not None:
+            self.per_slab = max(1, slab_bytes // max(1, self.row_bytes))
         local = list(shape)
         local[self.dim] = self.columns[self.me][1]
-        self.shard = torch.empty(local, dtype=read.dtype, device=read.device)
+        self.shard = torch.empty(local, dtype=dtype, device=device)
 
     def slabs(self) -> list[tuple[int, int]]:
         """(first row, at most bytes) of each slab, in order: rows ``[first, first + n)`` of
@@ -182,16 +169,16 @@ class _RowWise:
         import torch
         import torch.distributed as dist
 
-        read, dim, rows, columns, me = self.read, self.dim, self.rows, self.columns, self.me
-        converted = read.dtype != read.file_dtype
-        slab = slab.to(read.device)
+        dim, rows, columns, me = self.dim, self.rows, self.columns, self.me
+        converted = self.dtype != self.stored
+        slab = slab.to(self.device)
         count = self.taken(me, first)
         self.shard.narrow(0, rows[me][0] + first, count).copy_(slab.narrow(dim, *columns[me]))
         for step in range(1, self.ranks):
             to, source = (me + step) % self.ranks, (me - step) % self.ranks
             sent = slab.narrow(dim, *columns[to]).contiguous()
             place = self.shard.narrow(0, rows[source][0] + first, self.taken(source, first))
-            received = torch.empty_like(place, dtype=read.file_dtype) if converted else place
+            received = torch.empty_like(place, dtype=self.stored) if converted else place
             operations = []
             if sent.numel():
                 peer = dist.get_global_rank(self.group, to)
@@ -227,27 +214,32 @@ async def shards_in_slabs(
 
     if not reads:
         return []
-    made = [_RowWise(read, slab_bytes) for read in reads]
-    rounds: list[list[tuple[_RowWise, int]]] = [[]]
+    made = []
+    for read in reads:
+        assert read.sharding is not None
+        made.append(
+            _RowWise(read.sharding, read.dtype, read.file_dtype, read.device, slab_bytes=slab_bytes)
+        )
+    rounds: list[list[tuple[str, _RowWise, int]]] = [[]]
     held = 0
-    for one in made:
+    for read, one in zip(reads, made, strict=True):
         for first, nbytes in one.slabs():
             if rounds[-1] and held + nbytes > slab_bytes:
                 rounds.append([])
                 held = 0
-            rounds[-1].append((one, first))
+            rounds[-1].append((read.checkpoint_name, one, first))
             held += nbytes
     device = reads[0].device
     for slabs in rounds:
         tensors, pieces = [], []
-        for one, first in slabs:
+        for name, one, first in slabs:
             count = one.taken(one.me, first)
-            slab = torch.empty((count, *one.shape[1:]), dtype=one.read.file_dtype)
+            slab = torch.empty((count, *one.shape[1:]), dtype=one.stored)
             tensors.append(slab)
             if count:
                 offset = (one.rows[one.me][0] + first) * one.row_bytes
                 data = slab.reshape(-1).view(torch.uint8).numpy().data
-                pieces.append(TensorPiece(one.read.checkpoint_name, offset, data))
+                pieces.append(TensorPiece(name, offset, data))
         failure: BaseException | None = None
         try:
             if pieces:
@@ -258,7 +250,7 @@ async def shards_in_slabs(
             if failure is not None:
                 raise failure
             raise RemoteTensorsError("another rank failed to read its rows of a row-wise tensor")
-        for (one, first), slab in zip(slabs, tensors, strict=True):
+        for (_, one, first), slab in zip(slabs, tensors, strict=True):
             one.exchange(slab, first)
         del tensors
     return [one.shard for one in made]
