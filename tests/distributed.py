@@ -125,3 +125,20 @@ def run_guide_example(runner: str, folder: Path, ranks: int = 2) -> str:
     )
     assert result.returncode == 0, result.stderr[-4000:]
     return result.stdout
+
+
+def header_bytes(url: str, log: Any) -> int:
+    """Bytes that opening ``url`` as ``load_into`` opens it (no configs, no cache) costs at the
+    server whose request log is ``log``: the header phase a rank pays besides its tensors."""
+    import warnings
+
+    import remotetensors as rt
+
+    log.clear()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", rt.ConfigWarning)  # an MoE's active count: not asked
+        with rt.open_model(url, options=rt.ReadOptions(read_configs=False, cache=False)):
+            pass
+    cost = int(log.total_bytes)
+    log.clear()
+    return cost

@@ -10,7 +10,6 @@ holding only its experts' per-expert tensors under the names ``save_pretrained``
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
@@ -19,7 +18,7 @@ from typing import Any
 import pytest
 
 import remotetensors as rt
-from tests.distributed import run_job
+from tests.distributed import header_bytes, run_job
 from tests.servers import Log, static_server
 from tests.torch_checkpoints import accelerate, safetensors_torch, torch, transformers
 
@@ -141,21 +140,9 @@ def _expert_parallel(rank: int, world: int, job: dict[str, Any]) -> dict[str, An
     return out
 
 
-def _header_bytes(url: str, log: Log) -> int:
-    """Bytes the header phase of opening ``url`` costs, as load_into opens (no configs)."""
-    log.clear()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", rt.ConfigWarning)  # the active count, not asked here
-        with rt.open_model(url, options=rt.ReadOptions(read_configs=False, cache=False)):
-            pass
-    cost = log.total_bytes
-    log.clear()
-    return cost
-
-
 def test_each_rank_reads_only_its_experts(mixtral: Path, per_rank: list[tuple[str, Log]]) -> None:
-    stacked_headers = _header_bytes(f"{per_rank[0][0]}/stacked/", per_rank[0][1])
-    per_expert_headers = _header_bytes(f"{per_rank[0][0]}/per-expert/", per_rank[0][1])
+    stacked_headers = header_bytes(f"{per_rank[0][0]}/stacked/", per_rank[0][1])
+    per_expert_headers = header_bytes(f"{per_rank[0][0]}/per-expert/", per_rank[0][1])
     results = run_job(
         WORLD,
         _expert_parallel,

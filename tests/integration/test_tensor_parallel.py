@@ -17,12 +17,12 @@ from typing import Any
 import pytest
 
 import remotetensors as rt
-from tests.distributed import run_guide_example, run_job
+from tests.distributed import header_bytes, run_guide_example, run_job
 from tests.servers import Log, static_server
 from tests.torch_checkpoints import accelerate, safetensors_torch, torch, transformers
 
 KiB = 1024
-HEADER_SLACK = 1.1  # the goal: bytes per rank <= 1.1 x (its tensors) + the headers
+SLACK = 1.1  # the goal: bytes per rank <= 1.1 x (its tensors) + the headers
 
 LLAMA = {
     "vocab_size": 510,  # uneven over 4 ranks: chunks of 128, 128, 128, 126
@@ -134,21 +134,11 @@ def _tensor_parallel(rank: int, world: int, job: dict[str, Any]) -> dict[str, An
     }
 
 
-def _header_bytes(url: str, log: Log) -> int:
-    """Bytes the header phase of opening ``url`` costs (the index and every shard's header)."""
-    log.clear()
-    with rt.open_model(url, options=rt.ReadOptions(read_configs=False, cache=False)):
-        pass
-    cost = log.total_bytes
-    log.clear()
-    return cost
-
-
 @pytest.mark.parametrize("world", [2, 4])
 def test_each_rank_reads_only_its_shards_and_the_model_runs(
     world: int, llama: Path, per_rank: list[tuple[str, Log]]
 ) -> None:
-    headers = _header_bytes(per_rank[0][0], per_rank[0][1])
+    headers = header_bytes(per_rank[0][0], per_rank[0][1])
     urls = [url for url, _ in per_rank[:world]]
     results = run_job(world, _tensor_parallel, {"urls": urls, "folder": str(llama)})
 
@@ -165,7 +155,7 @@ def test_each_rank_reads_only_its_shards_and_the_model_runs(
         assert result["sharded"] == 14 + 1  # 7 linears a layer, and the LM head
         assert torch.allclose(result["logits"], expected, rtol=0, atol=1e-5)
         sent = per_rank[rank][1].total_bytes
-        assert sent <= HEADER_SLACK * result["held"] + headers, (rank, sent, result["held"])
+        assert sent <= SLACK * result["held"] + headers, (rank, sent, result["held"])
     # Together: every sharded byte once, the replicated ones (embedding, norms) on each rank.
     for name, tensor in reference.state_dict().items():
         nbytes = tensor.numel() * tensor.element_size()
@@ -295,7 +285,7 @@ def test_ranks_read_their_shards_from_the_hub_and_s3(
         for source in ("hub", "s3"):
             assert result[source]["wrong"] == [], (rank, source)
             # What the rank asked for is its share: its shards and the replicated tensors.
-            assert result[source]["tensor_bytes"] <= HEADER_SLACK * result[source]["held"]
+            assert result[source]["tensor_bytes"] <= SLACK * result[source]["held"]
     # At the hub (its CDN), both ranks together moved the sharded bytes once and the
     # replicated ones twice, and no more than the weights' files twice.
     replicated = sum(
