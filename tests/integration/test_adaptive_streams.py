@@ -1,4 +1,4 @@
-"""Streams that adapt to the link (``reading/streams.py``, ``reading/budget.py``), on loopback.
+"""Streams that adapt to the link (``reading/streams.py``, ``reading/inflight.py``), on loopback.
 
 A paced server (``tests/rawservers.py``'s :class:`Paced`) gives the two shapes of link that
 decide the number of streams: one that caps each connection (nginx's ``limit_rate``, a WAN, S3:

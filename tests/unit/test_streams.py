@@ -1,6 +1,6 @@
 """The adaptive stream controller (``reading/streams.py``): its decisions, fed with windows
 measured on model links, without a network, a loop or a clock; and the budget that measures
-those windows as requests run (``reading/budget.py``), on a clock the tests move by hand."""
+those windows as requests run (``reading/inflight.py``), on a clock the tests move by hand."""
 
 from __future__ import annotations
 
@@ -8,14 +8,15 @@ import asyncio
 from collections import Counter
 from collections.abc import Callable
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from remotetensors.options import DEFAULT_MAX_BYTES_IN_FLIGHT, ReadOptions
 from remotetensors.ranges import ByteRange
-from remotetensors.reading.budget import StreamBudget
 from remotetensors.reading.fetch import Target, fetch_into
+from remotetensors.reading.inflight import RequestsInFlight
 from remotetensors.reading.streams import (
     GAIN,
     MAX_PART_BYTES,
@@ -341,7 +342,7 @@ class Recording(StreamController):
 async def test_the_budget_measures_each_request_from_its_own_start() -> None:
     clock = Clock()
     controller = Recording()
-    budget = StreamBudget(controller, clock=clock)
+    budget = RequestsInFlight(controller, clock=clock)
     streams = budget.setting.streams
     # Half the requests begin at 0, half at 0.25; all end at 0.5: requests of 0.5 s and 0.25 s.
     tickets = [await budget.acquire() for _ in range(streams // 2)]
@@ -362,7 +363,7 @@ async def test_the_budget_measures_each_request_from_its_own_start() -> None:
 async def test_idle_time_between_reads_is_not_the_links() -> None:
     clock = Clock()
     controller = Recording()
-    budget = StreamBudget(controller, clock=clock)
+    budget = RequestsInFlight(controller, clock=clock)
     streams = budget.setting.streams
     tickets = [await budget.acquire() for _ in range(streams)]
     clock.now += 0.5
@@ -384,7 +385,7 @@ async def test_idle_time_between_reads_is_not_the_links() -> None:
 async def test_requests_begun_before_a_change_are_not_counted_after_it() -> None:
     clock = Clock()
     controller = Recording()
-    budget = StreamBudget(controller, clock=clock)
+    budget = RequestsInFlight(controller, clock=clock)
     streams = budget.setting.streams
     old = [await budget.acquire() for _ in range(streams)]
     clock.now += 1.0
@@ -403,7 +404,7 @@ async def test_requests_begun_before_a_change_are_not_counted_after_it() -> None
 async def test_a_window_that_demand_limited_is_not_saturated() -> None:
     clock = Clock()
     controller = Recording()
-    budget = StreamBudget(controller, clock=clock)
+    budget = RequestsInFlight(controller, clock=clock)
     for _ in range(2 * budget.setting.streams):  # one request at a time
         ticket = await budget.acquire()
         clock.now += 0.1
@@ -414,7 +415,7 @@ async def test_a_window_that_demand_limited_is_not_saturated() -> None:
 
 
 async def test_the_budget_never_lets_more_than_its_streams_run() -> None:
-    budget = StreamBudget(StreamController(streams=3))
+    budget = RequestsInFlight(StreamController(streams=3))
     running = peak = 0
 
     async def request() -> None:
@@ -432,7 +433,7 @@ async def test_the_budget_never_lets_more_than_its_streams_run() -> None:
 
 async def test_more_streams_wake_the_waiters_at_once() -> None:
     clock = Clock()
-    budget = StreamBudget(StreamController(), clock=clock)
+    budget = RequestsInFlight(StreamController(), clock=clock)
     streams = budget.setting.streams
     tickets = [await budget.acquire() for _ in range(streams)]
     waiting = [asyncio.ensure_future(budget.acquire()) for _ in range(3 * streams)]
@@ -454,7 +455,7 @@ async def test_more_streams_wake_the_waiters_at_once() -> None:
 
 
 async def test_a_failed_request_halves_the_streams() -> None:
-    budget = StreamBudget(StreamController())
+    budget = RequestsInFlight(StreamController())
     streams = budget.setting.streams
     ticket = await budget.acquire()
     budget.release(ticket, 0, failed=True)
@@ -462,7 +463,7 @@ async def test_a_failed_request_halves_the_streams() -> None:
 
 
 async def test_a_retried_request_halves_the_streams() -> None:
-    budget = StreamBudget(StreamController())
+    budget = RequestsInFlight(StreamController())
     streams = budget.setting.streams
     ticket = await budget.acquire()
     with counting_retries(budget.count_retry):
@@ -475,7 +476,7 @@ async def test_a_request_given_back_leaves_its_place_in_the_window_to_the_next()
     # A read cancelled mid-way gives its streams back unmeasured: the window must still close.
     clock = Clock()
     controller = Recording()
-    budget = StreamBudget(controller, clock=clock)
+    budget = RequestsInFlight(controller, clock=clock)
     streams = budget.setting.streams
     tickets = [await budget.acquire() for _ in range(streams)]
     budget.give_back(tickets.pop())  # cancelled
@@ -487,7 +488,7 @@ async def test_a_request_given_back_leaves_its_place_in_the_window_to_the_next()
 
 
 async def test_a_cancelled_wait_leaks_no_stream() -> None:
-    budget = StreamBudget(StreamController(streams=1))
+    budget = RequestsInFlight(StreamController(streams=1))
     ticket = await budget.acquire()
     waiter = asyncio.ensure_future(budget.acquire())
     await asyncio.sleep(0)
@@ -513,7 +514,7 @@ class Endless(ByteSource):
 
 
 async def test_a_read_cancelled_before_its_requests_began_gives_their_streams_back() -> None:
-    budget = StreamBudget(StreamController(streams=2))
+    budget = RequestsInFlight(StreamController(streams=2))
     buffer = memoryview(bytearray(8 * MIB))
     targets = [Target(ByteRange(0, 8 * MIB), buffer)]
     options = ReadOptions(part_size_bytes=MIB, max_concurrency=2)
@@ -524,3 +525,45 @@ async def test_a_read_cancelled_before_its_requests_began_gives_their_streams_ba
         await read
     for _ in range(2):
         await asyncio.wait_for(budget.acquire(), 1)  # both streams came back
+
+
+class Recorded(ByteSource):
+    """A source that fills reads with their offsets' low bytes and records each request's
+    start and length, in the order they began."""
+
+    def __init__(self) -> None:
+        self.requests: list[tuple[int, int]] = []
+
+    @property
+    def location(self) -> str:
+        return "recorded"
+
+    async def open_prefix(self, length: int) -> Prefix:
+        return Prefix(b"", 1 << 30, None)
+
+    async def read_into(self, start: int, buffer: memoryview) -> None:
+        self.requests.append((start, buffer.nbytes))
+        await asyncio.sleep(0)
+        buffer[:] = (np.arange(start, start + buffer.nbytes) % 251).astype(np.uint8).tobytes()
+
+
+async def test_a_reads_last_requests_shrink_so_its_streams_end_together() -> None:
+    # Four streams of up to 16 MiB parts: without the shares, 80 MiB went as five 16 MiB
+    # requests, the fifth alone on the link for a whole part's time after the others ended.
+    budget = RequestsInFlight(StreamController(streams=4))
+    assert budget.setting == Setting(4, 16 * MIB)
+    source = Recorded()
+    size = 80 * MIB
+    buffer = memoryview(bytearray(size))
+    await fetch_into(
+        source, [Target(ByteRange(0, size), buffer)], options=ReadOptions(), budget=budget
+    )
+    assert bytes(buffer[:1000]) == (np.arange(1000) % 251).astype(np.uint8).tobytes()
+    queued = size
+    for start, length in source.requests:
+        # Each request at most an even share of what was still queued (to a granule's size).
+        assert length <= max(budget.granule_bytes, -(-queued // 4))
+        queued -= length
+    assert queued == 0
+    assert [length for _, length in source.requests][:2] == [16 * MIB] * 2  # whole parts first
+    assert all(length <= 2 * MIB for _, length in source.requests[-4:])

@@ -12,13 +12,13 @@ torch = pytest.importorskip("torch", reason="torch is not installed (the CPU whe
 
 from remotetensors.errors import CheckpointMismatchError, UnsupportedDtypeError  # noqa: E402
 from remotetensors.index import TensorInfo  # noqa: E402
-from remotetensors.integrations.torch_iter import _ByteBudget  # noqa: E402
+from remotetensors.integrations.torch_iter import _BytesHeld  # noqa: E402
 from remotetensors.integrations.torch_plan import plan_load  # noqa: E402
 from remotetensors.integrations.torch_stream import (  # noqa: E402
     ALIGN,
     MIN_IN_FLIGHT_BYTES,
-    Budget,
     Filling,
+    StagingLanes,
     batches,
 )
 
@@ -181,13 +181,13 @@ def test_packed_dtypes_are_refused_by_name() -> None:
 
 
 def test_the_bound_is_split_into_lanes_of_aligned_batches() -> None:
-    budget = Budget.of(64 * 1024 * 1024)
+    budget = StagingLanes.of(64 * 1024 * 1024)
     assert budget.batch_bytes * budget.lanes <= 64 * 1024 * 1024
     assert budget.batch_bytes % ALIGN == 0
-    odd = Budget.of(MIN_IN_FLIGHT_BYTES + 1)
+    odd = StagingLanes.of(MIN_IN_FLIGHT_BYTES + 1)
     assert odd.batch_bytes * odd.lanes <= MIN_IN_FLIGHT_BYTES + 1
     with pytest.raises(ValueError, match="max_in_flight_bytes must be at least"):
-        Budget.of(MIN_IN_FLIGHT_BYTES - 1)
+        StagingLanes.of(MIN_IN_FLIGHT_BYTES - 1)
 
 
 def test_batches_cover_each_tensor_once_in_whole_elements_within_the_bound() -> None:
@@ -230,7 +230,7 @@ def test_batches_cover_each_tensor_once_in_whole_elements_within_the_bound() -> 
 
 
 async def test_the_byte_budget_serves_in_order_and_lets_a_large_request_go_alone() -> None:
-    budget = _ByteBudget(100)
+    budget = _BytesHeld(100)
     assert await budget.acquire(60) == 60
     order: list[str] = []
 

@@ -651,9 +651,9 @@ class _Job:
     async def open(self, files: set[str]) -> None:
         """Open ``files`` again at the version their headers were read from (one 8-byte
         request each), concurrently."""
-        from ..reading.budget import StreamBudget
+        from ..reading.inflight import RequestsInFlight
 
-        self._budget = StreamBudget.for_options(self._options)
+        self._budget = RequestsInFlight.for_options(self._options)
         traffic = self._reader.data_traffic
 
         async def one(file: str) -> None:

@@ -35,7 +35,7 @@ from .torch_exchange import (
 )
 from .torch_plan import LISTED_NAMES, module_slots, plan_load, restore_ties, tied_groups
 from .torch_shards import exchange_dim
-from .torch_stream import DEFAULT_MAX_IN_FLIGHT_BYTES, Budget, Filling, Streamer
+from .torch_stream import DEFAULT_MAX_IN_FLIGHT_BYTES, Filling, StagingLanes, Streamer
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -231,7 +231,7 @@ async def load_checkpoint(
     began = time.perf_counter()
     torch = _torch()
     where = torch_device(device)
-    budget = Budget.of(max_in_flight_bytes)
+    staging = StagingLanes.of(max_in_flight_bytes)
     if dtype is not None and not isinstance(dtype, torch.dtype):
         raise TypeError(f"dtype must be a torch.dtype, got {dtype!r}")
     restore_ties(module)
@@ -249,7 +249,7 @@ async def load_checkpoint(
         raise
     try:
         return await _load(
-            module, model, budget, began, strict, prefix, dtype, where, meta_device, mesh_device
+            module, model, staging, began, strict, prefix, dtype, where, meta_device, mesh_device
         )
     finally:
         await model.aclose()
@@ -258,7 +258,7 @@ async def load_checkpoint(
 async def _load(
     module: torch.nn.Module,
     model: AsyncModel,
-    budget: Budget,
+    staging: StagingLanes,
     began: float,
     strict: bool,
     prefix: str,
@@ -293,7 +293,7 @@ async def _load(
         )
         # Row-wise shards are read slab by slab as their rows are exchanged, after the rest.
         fillings = [Filling(read) for read in plan.reads if not _in_slabs(read)]
-        await Streamer(model, budget, done).run(fillings)
+        await Streamer(model, staging, done).run(fillings)
     except Exception as exc:
         if mesh_device is not None:
             all_ranks_read(False, mesh_device)  # so the other ranks stop too
@@ -303,7 +303,7 @@ async def _load(
     if mesh_device is not None and not all_ranks_read(True, mesh_device):
         cause = RemoteTensorsError("another rank of the process group failed to load its part")
         raise _incomplete(_report(model, plan, module, loaded, began), plan, cause)
-    slab_bytes = budget.batch_bytes * budget.lanes // 2  # slabs and a block of one: the bound
+    slab_bytes = staging.batch_bytes * staging.lanes // 2  # slabs and a block of one: the bound
     row_wise = [read for read in plan.reads if _in_slabs(read)]  # in plan order, on every rank
     try:
         shards = await shards_in_slabs(model, row_wise, slab_bytes)

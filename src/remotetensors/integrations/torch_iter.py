@@ -3,10 +3,10 @@
 :func:`iter_tensors` is for code that converts or shards as it goes: it yields ``(name,
 tensor)`` while the next tensors are on the wire, holding at most ``max_in_flight_bytes`` of
 tensors fetched and not yet handed out. A producer on the event loop fetches consecutive
-tensors in groups (one coalesced plan each) once the byte budget has room for them; the
-consumer gives a tensor's bytes back to the budget when it asks for the next one.
+tensors in groups (one coalesced plan each) once the bytes held have room for them; the
+consumer gives a tensor's bytes back to the bound when it asks for the next one.
 
-The budget counts what the library holds, not the bytes in the file (see :class:`_Cost`):
+The bound counts what the library holds, not the bytes in the file (see :class:`_Cost`):
 the stored bytes read, the buffer a coalesced request is read into before its bytes are
 copied out, the array handed out when it is not the stored bytes themselves (GGUF's quantized
 types come out as float32, up to 20 times their blocks; F4 and F6 unpacked to a byte per
@@ -26,7 +26,7 @@ from ..models.sync import run_sync
 from ..options import ReadOptions
 from ..reading.frameworks import check_framework
 from ..reading.gguf import is_quantized
-from .torch_stream import DEFAULT_MAX_IN_FLIGHT_BYTES, Budget
+from .torch_stream import DEFAULT_MAX_IN_FLIGHT_BYTES, StagingLanes
 
 if TYPE_CHECKING:
     from collections.abc import AsyncGenerator, Generator, Iterable, Mapping
@@ -116,8 +116,8 @@ async def iter_tensors_async(
     revision: str | None = None,
 ) -> AsyncGenerator[tuple[str, Any], None]:
     """:func:`iter_tensors` for code that runs an event loop: ``async for name, t in ...``."""
-    budget = Budget.of(max_in_flight_bytes)  # checked before anything is opened
-    limit = budget.batch_bytes * budget.lanes
+    staging = StagingLanes.of(max_in_flight_bytes)  # checked before anything is opened
+    limit = staging.batch_bytes * staging.lanes
     model = await load_model(
         location,
         options=options or ReadOptions(read_configs=False),
@@ -134,12 +134,12 @@ async def iter_tensors_async(
             (model.tensors[name] for name in wanted),
             key=lambda info: (files.get(info.file or "", 0), info.start),
         )
-        budget_left = _ByteBudget(limit)
+        holding = _BytesHeld(limit)
         queue: asyncio.Queue[tuple[str, Any, int] | BaseException | None] = asyncio.Queue()
         kind = check_framework(framework)
         costs = [_Cost.of(info, kind) for info in infos]
         producer = asyncio.ensure_future(
-            _produce(model, _groups(costs, max(1, limit // 4)), budget_left, queue)
+            _produce(model, _groups(costs, max(1, limit // 4)), holding, queue)
         )
         try:
             while True:
@@ -150,7 +150,7 @@ async def iter_tensors_async(
                     raise got
                 name, tensor, held = got
                 yield name, tensor
-                budget_left.release(held)  # handed out: no longer ours to count
+                holding.release(held)  # handed out: no longer ours to count
         finally:
             producer.cancel()
             await asyncio.gather(producer, return_exceptions=True)
@@ -234,21 +234,21 @@ def _groups(costs: list[_Cost], batch_bytes: int) -> list[list[_Cost]]:
 async def _produce(
     model: AsyncModel,
     groups: list[list[_Cost]],
-    budget: _ByteBudget,
+    holding: _BytesHeld,
     queue: asyncio.Queue[tuple[str, Any, int] | BaseException | None],
 ) -> None:
-    """Fetch the groups in order, each once the budget has room for its peak; queue each
+    """Fetch the groups in order, each once the bytes held have room for its peak; queue each
     tensor with the bytes it keeps until handed out, then None (or the error that stopped
     it)."""
     try:
         for group in groups:
             peak = _group_cost(group)
-            held = await budget.acquire(peak)
+            held = await holding.acquire(peak)
             arrays = await model.get_tensors([cost.info.name for cost in group])
             # Decoded: the stored bytes of decoded tensors and the passing buffers are gone;
             # each tensor keeps its array's bytes (of a group held at the limit, its share).
             kept = [cost.kept * held // peak for cost in group]
-            budget.release(held - sum(kept))
+            holding.release(held - sum(kept))
             for cost, keep in zip(group, kept, strict=True):
                 queue.put_nowait((cost.info.name, arrays[cost.info.name], keep))
         queue.put_nowait(None)
@@ -258,7 +258,7 @@ async def _produce(
         queue.put_nowait(exc)
 
 
-class _ByteBudget:
+class _BytesHeld:
     """Bytes held at once, at most ``limit``; a request larger than the limit takes all of it
     (it waits until nothing else is held). First come, first served."""
 

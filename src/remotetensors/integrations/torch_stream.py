@@ -62,7 +62,7 @@ loop keeps receiving the other lanes' bytes meanwhile."""
 
 
 @dataclass(frozen=True, slots=True)
-class Budget:
+class StagingLanes:
     """``max_in_flight_bytes`` as ``lanes`` batches of at most ``batch_bytes`` each.
 
     A lane holds at most ``batch_bytes`` at once, whatever its batch needs: its staging buffer
@@ -72,7 +72,7 @@ class Budget:
     lanes: int
 
     @classmethod
-    def of(cls, max_in_flight_bytes: int) -> Budget:
+    def of(cls, max_in_flight_bytes: int) -> StagingLanes:
         """Split a bound in bytes into lanes.
 
         Raises:
@@ -220,21 +220,23 @@ class Streamer:
     lanes are cancelled and the error raised; fillings not handed to ``done`` are unfinished.
     """
 
-    def __init__(self, model: AsyncModel, budget: Budget, done: Callable[[Filling], None]) -> None:
+    def __init__(
+        self, model: AsyncModel, staging: StagingLanes, done: Callable[[Filling], None]
+    ) -> None:
         self._model = model
-        self._budget = budget
+        self._staging = staging
         self._done = done
         self._local = model.reads_now
 
     async def run(self, fillings: Sequence[Filling]) -> None:
         """Read every filling (in the given order, up to ``lanes`` batches at once)."""
-        queue = collections.deque(batches(fillings, self._budget.batch_bytes))
+        queue = collections.deque(batches(fillings, self._staging.batch_bytes))
         for filling in fillings:
             if filling.pieces_left == 0:  # no bytes: nothing to wait for
                 _ = filling.tensor
                 self._done(filling)
         pinned = any(f.read.device.type == "cuda" for f in fillings) and _cuda_available()
-        lanes = [_Lane(self._budget.batch_bytes, pinned) for _ in range(self._budget.lanes)]
+        lanes = [_Lane(self._staging.batch_bytes, pinned) for _ in range(self._staging.lanes)]
         await gather_or_cancel([self._drain(queue, lane) for lane in lanes])
 
     async def _drain(self, queue: collections.deque[list[Piece]], lane: _Lane) -> None:

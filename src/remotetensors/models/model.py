@@ -37,9 +37,9 @@ from ..quantization import (
 )
 from ..quantization.gguf import config_from_gguf
 from ..quantization.memory import MemoryEstimate, estimate_memory
-from ..reading.budget import StreamBudget
 from ..reading.fetch import gather_or_cancel
 from ..reading.hub_onecall import LazyTensorFile
+from ..reading.inflight import RequestsInFlight
 from ..redact import redact_url
 from ..sources.base import Traffic
 from ..sources.http.client import HttpOptions
@@ -125,7 +125,7 @@ class AsyncModel:
             # once, keep that many requests in flight in all, not that many each, and what
             # one shard's reads measured of the link sizes the others'.
             first = next(iter(self._files.values()))
-            budget = StreamBudget.for_options(first.read_options)
+            budget = RequestsInFlight.for_options(first.read_options)
             for file in self._files.values():
                 file.share_in_flight(budget)
 

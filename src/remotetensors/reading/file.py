@@ -21,9 +21,9 @@ from ..options import DEFAULT_CHUNK_BYTES, ReadOptions
 from ..ranges import ByteRange
 from ..sources.base import CountingSource, Traffic
 from .assemble import OutputArray
-from .budget import StreamBudget
 from .fetch import Target, fetch_into, fetch_into_blocking
 from .frameworks import check_framework, convert
+from .inflight import RequestsInFlight
 from .slicing import SliceChunk, plan_slice
 
 LOCAL_CHUNK_BYTES = 256 * 1024
@@ -85,14 +85,14 @@ class AsyncTensorFile:
         # One budget of requests in flight for every call on this file (or, once a model
         # shares its own, on every file of the model): concurrent calls do not multiply it,
         # and what one call measured of the link sizes the next.
-        self._in_flight = StreamBudget.for_options(options)
+        self._in_flight = RequestsInFlight.for_options(options)
 
     @property
     def read_options(self) -> ReadOptions:
         """How this file is read (gap, part size, concurrency)."""
         return self._options
 
-    def share_in_flight(self, budget: StreamBudget) -> None:
+    def share_in_flight(self, budget: RequestsInFlight) -> None:
         """Count this file's requests in flight against ``budget`` (a model's, shared by its
         files) instead of the file's own."""
         self._in_flight = budget

@@ -1,12 +1,12 @@
 """The requests in flight of one file or one model: how many may run, measured as they run.
 
-A :class:`StreamBudget` is what a file's reads (or, shared, a model's) wait on before each
+A :class:`RequestsInFlight` is what a file's reads (or, shared, a model's) wait on before each
 request, as they once waited on a semaphore of ``max_concurrency``. Its size is the
 :class:`~.streams.StreamController`'s current setting: the budget measures what its requests
 deliver in windows and hands each window to the controller, which answers with the streams and
 part size to use next. The controller decides; the budget only counts and keeps time.
 
-Each request is timed on its own, from the stream it was given (:meth:`StreamBudget.acquire`
+Each request is timed on its own, from the stream it was given (:meth:`RequestsInFlight.acquire`
 returns a :class:`Ticket`) to its end. A window is the first ``streams`` requests begun after
 the one before closed (after a change, the first at the new setting); it closes when all of
 them have ended, or at once on a failure. Closing on the first ``streams`` to end, whichever
@@ -53,7 +53,7 @@ class Ticket:
     """The budget's integral of requests in flight over time when the request began."""
 
 
-class StreamBudget:
+class RequestsInFlight:
     """Requests in flight, sized by a controller (see the module).
 
     Args:
@@ -81,7 +81,7 @@ class StreamBudget:
         self._failures = 0
 
     @classmethod
-    def for_options(cls, options: ReadOptions) -> StreamBudget:
+    def for_options(cls, options: ReadOptions) -> RequestsInFlight:
         """The budget that ``options`` ask for: pinned where they name a number, adaptive
         elsewhere."""
         return cls(
