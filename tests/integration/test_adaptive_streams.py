@@ -15,6 +15,9 @@ a part's time, 128 ms, long beside a loaded machine's scheduling noise).
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -23,6 +26,7 @@ import pytest
 
 import remotetensors as rt
 from remotetensors.reading import streams
+from remotetensors.reading.links import FILE_NAME
 from tests.hub_standin import HubStandIn
 from tests.rawservers import Paced, RawServer
 from tests.reference import write_reference
@@ -164,3 +168,53 @@ def test_a_hub_file_reads_through_the_controller(
     monkeypatch.setenv("HF_ENDPOINT", hub.endpoint)
     assert read_all("hf://org/m/model.safetensors", w) >= SPLIT
     assert windows
+
+
+FIRST_WINDOW = """
+import json, sys
+import remotetensors as rt
+from remotetensors.reading import streams
+streams.START_PART_BYTES = streams.MIN_PART_BYTES = 256 * 1024  # the tests' scale
+first = []
+observe = streams.StreamController.observe
+def first_setting(self, window):
+    if not first:
+        first.append(self.setting)
+    return observe(self, window)
+streams.StreamController.observe = first_setting
+with rt.safe_open(sys.argv[1], options=rt.ReadOptions(cache=sys.argv[2] == "cache")) as f:
+    f.get_tensor("w")
+print(json.dumps([first[0].streams, first[0].part_size_bytes]))
+"""
+
+
+def first_window(location: str, cache: bool) -> tuple[int, int]:
+    """The setting of a fresh process's first window, reading ``location`` at the defaults
+    (``cache``) or with ``ReadOptions(cache=False)``."""
+    done = subprocess.run(
+        [sys.executable, "-c", FIRST_WINDOW, location, "cache" if cache else "no-cache"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    streams_, part = json.loads(done.stdout)
+    return streams_, part
+
+
+def test_a_second_process_starts_where_the_first_left_the_link(
+    serve: Callable[..., RawServer], own_cache: Path
+) -> None:
+    data, _ = tensor_file(16)
+    server = serve(Paced(data, per_connection=2e6))
+    location = f"{server.url}/m.safetensors"
+    start = (streams.START_STREAMS, 256 * KIB)
+    assert first_window(location, cache=True) == start  # nothing known of the link yet
+
+    # The capped link taught more streams than the start; the folder keeps it for the origin.
+    kept = json.loads((own_cache / FILE_NAME).read_text())["origins"]
+    learnt = kept[server.url.rstrip("/")]
+    assert learnt["streams"] > streams.START_STREAMS
+    # The next process's first window is at that setting (it still adapts from there).
+    assert first_window(location, cache=True) == (learnt["streams"], learnt["part_size_bytes"])
+    # Without the cache, nothing is kept or used: the start, as for an unknown link.
+    assert first_window(location, cache=False) == start

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import pytest
@@ -279,7 +280,7 @@ def test_a_cap_below_the_smallest_part_is_still_kept() -> None:
         ({"max_bytes_in_flight": 0}, "max_bytes_in_flight must be > 0"),
     ],
 )
-def test_nonsense_is_refused(kwargs: dict[str, int], message: str) -> None:
+def test_nonsense_is_refused(kwargs: dict[str, Any], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         StreamController(**kwargs)
 
@@ -330,7 +331,7 @@ class Clock:
 class Recording(StreamController):
     """A controller that records the windows it is shown."""
 
-    def __init__(self, **kwargs: int) -> None:
+    def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.windows: list[Window] = []
 
@@ -560,7 +561,7 @@ async def test_a_reads_last_requests_shrink_so_its_streams_end_together() -> Non
     )
     assert bytes(buffer[:1000]) == (np.arange(1000) % 251).astype(np.uint8).tobytes()
     queued = size
-    for start, length in source.requests:
+    for _, length in source.requests:
         # Each request at most an even share of what was still queued (to a granule's size).
         assert length <= max(budget.granule_bytes, -(-queued // 4))
         queued -= length

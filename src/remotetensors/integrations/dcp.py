@@ -653,7 +653,6 @@ class _Job:
         request each), concurrently."""
         from ..reading.inflight import RequestsInFlight
 
-        self._budget = RequestsInFlight.for_options(self._options)
         traffic = self._reader.data_traffic
 
         async def one(file: str) -> None:
@@ -665,6 +664,10 @@ class _Job:
             self._sources[file] = CountingSource(source, traffic)
 
         await gather_or_cancel([one(file) for file in sorted(files)])
+        first = next(iter(self._sources.values()), None)
+        self._budget = RequestsInFlight.for_options(
+            self._options, first.location if first is not None else None
+        )
 
     def _client(self, recipe: SourceRecipe) -> Client | None:
         if recipe.kind != "http":

@@ -125,7 +125,7 @@ class AsyncModel:
             # once, keep that many requests in flight in all, not that many each, and what
             # one shard's reads measured of the link sizes the others'.
             first = next(iter(self._files.values()))
-            budget = RequestsInFlight.for_options(first.read_options)
+            budget = RequestsInFlight.for_options(first.read_options, first.location)
             for file in self._files.values():
                 file.share_in_flight(budget)
 

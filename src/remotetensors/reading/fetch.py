@@ -70,7 +70,7 @@ async def fetch_into(
     if not remaining:
         return
     if budget is None:
-        budget = RequestsInFlight.for_options(options)
+        budget = RequestsInFlight.for_options(options, source.location)
     plan = plan_reads(
         [t.range for t in remaining],
         max_gap_bytes=options.max_gap_bytes,

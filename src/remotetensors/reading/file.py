@@ -85,7 +85,7 @@ class AsyncTensorFile:
         # One budget of requests in flight for every call on this file (or, once a model
         # shares its own, on every file of the model): concurrent calls do not multiply it,
         # and what one call measured of the link sizes the next.
-        self._in_flight = RequestsInFlight.for_options(options)
+        self._in_flight = RequestsInFlight.for_options(options, source.location)
 
     @property
     def read_options(self) -> ReadOptions:

@@ -32,6 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..options import ReadOptions
+from .links import LinkMemory, memory_for, origin_of
 from .streams import Setting, StreamController, Window
 
 log = logging.getLogger("remotetensors")
@@ -62,9 +63,16 @@ class RequestsInFlight:
     """
 
     def __init__(
-        self, controller: StreamController, *, clock: Callable[[], float] = time.perf_counter
+        self,
+        controller: StreamController,
+        *,
+        clock: Callable[[], float] = time.perf_counter,
+        memory: LinkMemory | None = None,
+        origin: str = "",
     ) -> None:
         self._controller = controller
+        self._memory = memory
+        self._origin = origin
         self._clock = clock
         self._setting = controller.setting
         self._window = 0  # counts the windows
@@ -81,15 +89,21 @@ class RequestsInFlight:
         self._failures = 0
 
     @classmethod
-    def for_options(cls, options: ReadOptions) -> RequestsInFlight:
+    def for_options(cls, options: ReadOptions, location: str | None = None) -> RequestsInFlight:
         """The budget that ``options`` ask for: pinned where they name a number, adaptive
-        elsewhere."""
+        elsewhere, starting from what the link of ``location`` taught before (see
+        :mod:`.links`; not when ``options`` keep the cache out or pin a knob)."""
+        origin = origin_of(location) if location is not None else None
+        memory = memory_for(options) if origin is not None else None
         return cls(
             StreamController(
                 streams=options.max_concurrency,
                 part_size_bytes=options.part_size_bytes,
                 max_bytes_in_flight=options.max_bytes_in_flight,
-            )
+                start=memory.recall(origin) if memory is not None and origin else None,
+            ),
+            memory=memory,
+            origin=origin or "",
         )
 
     @property
@@ -180,6 +194,9 @@ class RequestsInFlight:
         self._window += 1
         self._busy = self._full = self._request_seconds = 0.0
         before, self._setting = self._setting, self._controller.observe(window)
+        learnt = self._controller.learnt
+        if self._memory is not None and learnt is not None:
+            self._memory.remember(self._origin, learnt)
         if self._setting != before:
             log.debug(
                 "streams %d x %d KiB -> %d x %d KiB (%.0f MB/s over %.3f s%s)",

@@ -84,6 +84,13 @@ one before: no gain is asked (fewer streams cost less), but no loss is allowed e
 REPROBE_WINDOWS = 8
 """Windows held before the controller probes upwards again."""
 
+RESUME_WINDOWS = 2
+"""Windows held at a start that an earlier controller learnt (see :mod:`.links`) before the
+climb resumes from it. The first window of a process is its slowest (new connections, the
+first touch of fresh memory: 0.8-1.1 GB/s where the same setting then gave 1.3-1.5 on a
+capped link): a step judged against it passes for a gain, and each process stepped one
+further (16 streams learnt, 32 kept by the next, 64 tried by the third)."""
+
 
 @dataclass(frozen=True, slots=True)
 class Setting:
@@ -135,6 +142,10 @@ class StreamController:
         streams: pinned number of streams (``ReadOptions.max_concurrency``), or None to adapt.
         part_size_bytes: pinned part size (``ReadOptions.part_size_bytes``), or None to adapt.
         max_bytes_in_flight: bound of ``streams * part_size_bytes`` for what adapts.
+        start: where to start instead of :data:`START_STREAMS` x :data:`START_PART_BYTES`
+            (what the link taught an earlier controller: see :mod:`.links`); fitted to the
+            pins and bounds, held :data:`RESUME_WINDOWS` windows, then climbed from as from
+            the default start.
 
     Raises:
         ValueError: a pinned value or the bound is not positive.
@@ -146,6 +157,7 @@ class StreamController:
         streams: int | None = None,
         part_size_bytes: int | None = None,
         max_bytes_in_flight: int = DEFAULT_MAX_BYTES_IN_FLIGHT,
+        start: Setting | None = None,
     ) -> None:
         for name, value in (("streams", streams), ("part_size_bytes", part_size_bytes)):
             if value is not None and value <= 0:
@@ -155,16 +167,25 @@ class StreamController:
         self._pinned_streams = streams
         self._pinned_part = part_size_bytes
         self._cap = max_bytes_in_flight
-        self._kept = self._fit(START_STREAMS, START_PART_BYTES)
+        begin = start or Setting(START_STREAMS, START_PART_BYTES)
+        self._kept = self._fit(begin.streams, begin.part_size_bytes)
         self._kept_rate: float | None = None  # bytes per second the kept setting gave
         self._trial: Setting | None = None  # a step being measured
-        self._phase = _Phase.STREAMS
-        self._held = 0
+        # A learnt start is held a few windows (measured in earnest) before the climb resumes.
+        self._phase = _Phase.STREAMS if start is None else _Phase.HOLD
+        self._held = 0 if start is None else REPROBE_WINDOWS - RESUME_WINDOWS
 
     @property
     def setting(self) -> Setting:
         """What to use now: the step being tried, else the setting kept."""
         return self._trial or self._kept
+
+    @property
+    def learnt(self) -> Setting | None:
+        """The setting kept once a window measured it (what this link taught, worth
+        starting from next time); None before, and after a back-off until a window measures
+        again."""
+        return self._kept if self._kept_rate is not None else None
 
     @property
     def smallest_part_bytes(self) -> int:
