@@ -568,3 +568,16 @@ async def test_a_reads_last_requests_shrink_so_its_streams_end_together() -> Non
     assert queued == 0
     assert [length for _, length in source.requests][:2] == [16 * MIB] * 2  # whole parts first
     assert all(length <= 2 * MIB for _, length in source.requests[-4:])
+
+
+def test_the_shares_count_every_read_that_shares_the_budget() -> None:
+    # A model's reads share one budget: one read's tail is no tail while others still queue.
+    budget = RequestsInFlight(StreamController(streams=4))
+    budget.queue(24 * MIB)  # one read near its end: alone, its share would be 6 MiB
+    assert budget.request_limit() == 6 * MIB
+    budget.queue(64 * MIB)  # another read of the model, planned beside it
+    assert budget.request_limit() == 16 * MIB  # whole parts while the streams stay full
+    budget.unqueue(64 * MIB + 16 * MIB)
+    assert budget.request_limit() == 2 * MIB
+    budget.unqueue(8 * MIB)
+    assert budget.request_limit() == 1  # nothing queued: a request of what is left, if any

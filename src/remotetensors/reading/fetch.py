@@ -33,7 +33,6 @@ if TYPE_CHECKING:
 
     from ..options import ReadOptions
     from ..sources.base import ByteSource
-    from .streams import Setting
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,7 +93,7 @@ async def fetch_into(
         counted.finish()
 
     queue = deque(plan.parts)
-    queued = plan.fetched_bytes
+    budget.queue(plan.fetched_bytes)  # until taken: the shares of the last requests count it
     tasks: list[asyncio.Task[None]] = []
     failed: list[bool] = []
 
@@ -126,8 +125,8 @@ async def fetch_into(
                     if failed:  # a request failed: start no more, raise its error below
                         budget.give_back(ticket)
                         break
-                    parts = _take(queue, _request_limit(budget.setting, queued))
-                    queued -= parts[-1].range.end - parts[0].range.start
+                    parts = _take(queue, budget.request_limit())
+                    budget.unqueue(parts[-1].range.end - parts[0].range.start)
                     task = asyncio.ensure_future(run(parts))
                     task.add_done_callback(
                         functools.partial(ended, ticket, parts[-1].range.end - parts[0].range.start)
@@ -138,18 +137,8 @@ async def fetch_into(
         await _cancel_all(tasks)
         raise
     finally:
+        budget.unqueue(sum(part.range.length for part in queue))  # never taken
         shown.close()
-
-
-def _request_limit(setting: Setting, queued_bytes: int) -> int:
-    """The most bytes the next request may ask for: the setting's part size, or, once the
-    bytes still queued no longer fill every stream with a whole part, an even share of them
-    per stream (guided self-scheduling: requests shrink as the read ends, so the streams end
-    together). Without it, a read's last request could be a whole part begun when the others
-    were nearly done: on a link that caps each connection at 100 MB/s, one 16 MiB request
-    alone for its last 160 ms (a quarter of a 512 MiB read at 1.2 GB/s)."""
-    share = -(-queued_bytes // setting.streams)
-    return max(1, min(setting.part_size_bytes, share))
 
 
 def _take(queue: deque[Part], limit: int) -> list[Part]:

@@ -87,6 +87,7 @@ class RequestsInFlight:
         self._request_seconds = 0.0
         self._completed = 0
         self._failures = 0
+        self._queued = 0  # bytes that the reads sharing this budget still have to ask for
 
     @classmethod
     def for_options(cls, options: ReadOptions, location: str | None = None) -> RequestsInFlight:
@@ -116,6 +117,26 @@ class RequestsInFlight:
         """The size reads are planned in: parts of at most this many bytes, which a request
         joins up to :attr:`setting`'s part size."""
         return self._controller.smallest_part_bytes
+
+    def queue(self, nbytes: int) -> None:
+        """A read planned ``nbytes`` that it will ask for through this budget."""
+        self._queued += nbytes
+
+    def unqueue(self, nbytes: int) -> None:
+        """``nbytes`` of the queued bytes were asked for (or will never be)."""
+        self._queued -= nbytes
+
+    def request_limit(self) -> int:
+        """The most bytes the next request may ask for: the setting's part size, or, once the
+        bytes still queued by every read sharing this budget no longer fill each stream with a
+        whole part, an even share of them per stream (guided self-scheduling: requests shrink
+        as the reads end, so the streams end together). Without it, a read's last request
+        could be a whole part begun when the others were nearly done: on a link that caps each
+        connection at 100 MB/s, one 16 MiB request alone for its last 160 ms (a quarter of a
+        512 MiB read at 1.2 GB/s). Counted over the budget, not per read: a model's reads
+        share it, and one read's tail is not the streams' while others still queue."""
+        share = -(-self._queued // self._setting.streams)
+        return max(1, min(self._setting.part_size_bytes, share))
 
     async def acquire(self) -> Ticket:
         """Wait for a stream; the caller must :meth:`release` it with the ticket returned (or
