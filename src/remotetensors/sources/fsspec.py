@@ -73,6 +73,7 @@ from .http.answer import Failed, follow
 from .http.policy import carried, origin
 from .pinned import PinnedObject, StoredObject
 from .recipe import SourceRecipe
+from .s3_direct import SIGNED_SECONDS, S3DirectReads
 
 if TYPE_CHECKING:
     from collections.abc import Coroutine, Mapping
@@ -199,6 +200,10 @@ class FsspecSource(ByteSource):
         # cat_file's keyword arguments that make a read fail unless it is of the version
         # opened (If-Match over HTTP); None where the version is checked after each read.
         self._conditions: dict[str, Any] | None = None
+        # S3: ranges read through a presigned URL by the direct client (see s3_direct.py).
+        self._direct = (
+            S3DirectReads(self._presigned) if self._is_s3 and S3DirectReads.usable(fs) else None
+        )
 
     @property
     def location(self) -> str:
@@ -208,6 +213,7 @@ class FsspecSource(ByteSource):
         if self._is_s3:
             data = await self._s3_get(0, length, first=True)
             assert data is not None  # asked without a condition
+            await self._prepare_direct()
             return Prefix(data, self._size, self._validator)
         if self._pinned is not None:
             pinned = self._pinned
@@ -269,6 +275,11 @@ class FsspecSource(ByteSource):
         if not len(buffer):
             return
         if self._is_s3:
+            direct, etag = self._direct, self._validator
+            if direct is not None and etag is not None:
+                self._check_online()
+                if await direct.read_into(start, buffer, size=self._size, etag=etag):
+                    return
             data = await self._s3_get(start, end, first=False)
             assert data is not None  # asked without a condition
             self._check_length(data, start, end)
@@ -434,6 +445,8 @@ class FsspecSource(ByteSource):
         open and collected unclosed (a ``ResourceWarning``). A shared or given filesystem is
         left alone: others use it.
         """
+        if self._direct is not None:
+            await self._direct.aclose()
         if self._storage_options is None or not self._is_s3 or _shared(self._fs):
             return
         session = getattr(self._fs, "_s3", None)
@@ -577,6 +590,36 @@ class FsspecSource(ByteSource):
                 f"{self._url}: asked for {asked}, got ContentRange {response.get('ContentRange')!r}"
             )
         return data
+
+    def receives_in_threads(self) -> bool:
+        """True when an S3 object's ranges go through the direct client over plain HTTP
+        (see :mod:`.s3_direct`), which receives large bodies in worker threads."""
+        return self._direct is not None and self._direct.plain
+
+    async def _prepare_direct(self) -> None:
+        """Sign the direct reads' URL once the object is open (no request)."""
+        if self._direct is not None and self._validator is not None:
+            try:
+                await self._direct.prepare()
+            except Exception:  # credentials that cannot sign: every read takes the S3 path
+                self._direct = None
+
+    async def _presigned(self) -> str:
+        """A presigned ``get_object`` URL of the object (at its version id, if named), signed
+        on the filesystem's loop with the credentials s3fs resolved: no request."""
+        bucket, key, version = self._fs.split_path(self._path)
+        params: dict[str, Any] = {"Bucket": bucket, "Key": key}
+        if version:
+            params["VersionId"] = version
+
+        async def sign() -> str:
+            client = await self._fs.set_session()
+            url: str = await client.generate_presigned_url(
+                "get_object", Params=params, ExpiresIn=SIGNED_SECONDS
+            )
+            return url
+
+        return await self._on_own_loop(sign())
 
     async def _s3_get_object(self, **request: Any) -> tuple[dict[str, Any], bytes]:
         response: dict[str, Any] = await self._fs._call_s3("get_object", **request)
