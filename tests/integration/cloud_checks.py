@@ -18,6 +18,7 @@ import safetensors.numpy
 
 import remotetensors as rt
 from remotetensors.cli import main
+from remotetensors.reading.streams import START_STREAMS
 from remotetensors.sources.base import ByteSource
 from remotetensors.sources.fsspec import FsspecSource
 from tests import minilm
@@ -189,7 +190,11 @@ def read_the_model_tensor_by_tensor(store: Store) -> ModelReads:
         )
     assert reads.tensors == 104
     assert reads.metadata == 0
-    assert reads.tensors - 1 <= reads.data <= reads.tensors + 2  # the embedding in 3 parts
+    # Every tensor in one request (the first window's came with the open), but the embedding
+    # (45 MiB, more than a part): its requests run at once, each at most an even share of what
+    # was still queued (reading/inflight.py), so it takes a few more than its parts.
+    assert reads.tensors - 1 <= reads.data <= reads.tensors - 1 + reads.most_for_one
+    assert 3 <= reads.most_for_one <= 2 * START_STREAMS
     assert reads.received <= reads.file_bytes
     return reads
 

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from remotetensors.options import DEFAULT_MAX_BYTES_IN_FLIGHT, ReadOptions
 from remotetensors.ranges import ByteRange
 from remotetensors.reading.fetch import Target, fetch_into
-from remotetensors.reading.inflight import RequestsInFlight
+from remotetensors.reading.inflight import SHARE_FLOOR, RequestsInFlight
 from remotetensors.reading.streams import (
     GAIN,
     MAX_PART_BYTES,
@@ -551,7 +551,8 @@ class Recorded(ByteSource):
 async def test_a_reads_last_requests_shrink_so_its_streams_end_together() -> None:
     # Four streams of up to 16 MiB parts: without the shares, 80 MiB went as five 16 MiB
     # requests, the fifth alone on the link for a whole part's time after the others ended.
-    budget = RequestsInFlight(StreamController(streams=4))
+    # A clock that stands still: no window measures anything, the setting stays put.
+    budget = RequestsInFlight(StreamController(streams=4), clock=lambda: 0.0)
     assert budget.setting == Setting(4, 16 * MIB)
     source = Recorded()
     size = 80 * MIB
@@ -563,11 +564,12 @@ async def test_a_reads_last_requests_shrink_so_its_streams_end_together() -> Non
     queued = size
     for _, length in source.requests:
         # Each request at most an even share of what was still queued (to a granule's size).
-        assert length <= max(budget.granule_bytes, -(-queued // 4))
+        assert length <= max(16 * MIB // SHARE_FLOOR, -(-queued // 4))
         queued -= length
     assert queued == 0
     assert [length for _, length in source.requests][:2] == [16 * MIB] * 2  # whole parts first
-    assert all(length <= 2 * MIB for _, length in source.requests[-4:])
+    assert all(length <= 16 * MIB // SHARE_FLOOR for _, length in source.requests[-4:])
+    assert len(source.requests) <= 5 + 4 * 2  # the floor bounds what the shares add
 
 
 def test_the_shares_count_every_read_that_shares_the_budget() -> None:
@@ -577,7 +579,7 @@ def test_the_shares_count_every_read_that_shares_the_budget() -> None:
     assert budget.request_limit() == 6 * MIB
     budget.queue(64 * MIB)  # another read of the model, planned beside it
     assert budget.request_limit() == 16 * MIB  # whole parts while the streams stay full
-    budget.unqueue(64 * MIB + 16 * MIB)
-    assert budget.request_limit() == 2 * MIB
+    budget.unqueue(64 * MIB + 8 * MIB)
+    assert budget.request_limit() == 4 * MIB  # 16 MiB queued: a quarter each
     budget.unqueue(8 * MIB)
-    assert budget.request_limit() == 1  # nothing queued: a request of what is left, if any
+    assert budget.request_limit() == 16 * MIB // SHARE_FLOOR  # never below a quarter part

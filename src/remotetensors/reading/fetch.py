@@ -125,7 +125,12 @@ async def fetch_into(
                     if failed:  # a request failed: start no more, raise its error below
                         budget.give_back(ticket)
                         break
-                    parts = _take(queue, budget.request_limit())
+                    # A read that fits in one part is one request (a small read split among
+                    # the streams would cost requests and save nothing); a longer one shares
+                    # its last bytes among them (see RequestsInFlight.request_limit).
+                    whole = plan.fetched_bytes <= budget.setting.part_size_bytes
+                    limit = budget.setting.part_size_bytes if whole else budget.request_limit()
+                    parts = _take(queue, limit)
                     budget.unqueue(parts[-1].range.end - parts[0].range.start)
                     task = asyncio.ensure_future(run(parts))
                     task.add_done_callback(

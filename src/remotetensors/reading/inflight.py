@@ -37,6 +37,9 @@ from .streams import Setting, StreamController, Window
 
 log = logging.getLogger("remotetensors")
 
+SHARE_FLOOR = 4
+"""The last requests' shares go no lower than the part size divided by this."""
+
 SATURATED_SHARE = 0.75
 """Share of a window's busy time with every stream in use for it to count as saturated."""
 
@@ -135,8 +138,12 @@ class RequestsInFlight:
         connection at 100 MB/s, one 16 MiB request alone for its last 160 ms (a quarter of a
         512 MiB read at 1.2 GB/s). Counted over the budget, not per read: a model's reads
         share it, and one read's tail is not the streams' while others still queue."""
+        part = self._setting.part_size_bytes
         share = -(-self._queued // self._setting.streams)
-        return max(1, min(self._setting.part_size_bytes, share))
+        # Not below a quarter of a part: the shares shrink geometrically, and to a granule
+        # they cost a request per stream per halving (30 for a 45 MiB tensor on 8 streams);
+        # a quarter part ends the streams within a quarter of a part's time of each other.
+        return max(1, min(part, max(share, part // SHARE_FLOOR)))
 
     async def acquire(self) -> Ticket:
         """Wait for a stream; the caller must :meth:`release` it with the ticket returned (or
