@@ -35,9 +35,10 @@ class ReadOptions:
             small files, everything).
         max_gap_bytes: largest hole between wanted byte ranges that is fetched to save a request.
         part_size_bytes: largest single request; bigger ranges are split and fetched
-            concurrently. None (the default) adapts it to the link: it starts at 16 MiB, and
-            shrinks as streams grow to stay within ``max_bytes_in_flight``, from 1 to 64 MiB
-            (``remotetensors.reading.streams``); a number pins it.
+            concurrently. None (the default) adapts it to the link: it starts at 8 MiB, grows
+            where larger parts are no slower, and shrinks as streams grow to stay within
+            ``max_bytes_in_flight``, from 1 to 64 MiB (``remotetensors.reading.streams``); a
+            number pins it.
         max_concurrency: requests in flight at once, for one file, or for a whole model (its
             shards share one budget), whatever number of calls run concurrently. None (the
             default) adapts it to the link: it starts at 8, doubles while throughput

@@ -194,7 +194,7 @@ def read_the_model_tensor_by_tensor(store: Store) -> ModelReads:
     # (45 MiB, more than a part): its requests run at once, each at most an even share of what
     # was still queued (reading/inflight.py), so it takes a few more than its parts.
     assert reads.tensors - 1 <= reads.data <= reads.tensors - 1 + reads.most_for_one
-    assert 3 <= reads.most_for_one <= 2 * START_STREAMS
+    assert 3 <= reads.most_for_one <= 2 * START_STREAMS, reads
     assert reads.received <= reads.file_bytes
     return reads
 

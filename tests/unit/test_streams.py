@@ -25,6 +25,7 @@ from remotetensors.reading.streams import (
     MIB,
     MIN_PART_BYTES,
     REPROBE_WINDOWS,
+    RESUME_WINDOWS,
     START_PART_BYTES,
     START_STREAMS,
     Setting,
@@ -109,20 +110,24 @@ def test_it_comes_down_where_fewer_streams_deliver_more() -> None:
     controller = StreamController()
     used = run(controller, cpu_bound(best_streams=2))
     assert settled(used).streams == 2
-    assert [s.streams for s in used[:5]] == [8, 16, 4, 2, 1]  # 1 tried, and undone
+    # Twice the streams undone; twice the parts kept (no loss: fewer requests); then fewer
+    # streams while they deliver more; 1 tried, and undone.
+    assert [s.streams for s in used[:6]] == [8, 16, 8, 4, 2, 1]
+    assert used[2].part_size_bytes == 2 * START_PART_BYTES
 
 
 def test_fewer_streams_are_kept_when_they_deliver_as_much() -> None:
-    controller = StreamController()
-    controller.observe(Window(100, 1.0))
+    at_the_cap = Setting(START_STREAMS, DEFAULT_MAX_BYTES_IN_FLIGHT // START_STREAMS)
+    controller = StreamController(start=at_the_cap)
+    for _ in range(RESUME_WINDOWS):
+        controller.observe(Window(100, 1.0))  # held, then twice the streams tried
     controller.observe(Window(100, 1.0))  # twice the streams: no gain, undone
     assert controller.setting.streams == START_STREAMS // 2  # (parts at the cap: fewer next)
     controller.observe(Window(99, 1.0))  # a little less: undone, and hold
     assert controller.setting.streams == START_STREAMS
-    held = StreamController()
-    held.observe(Window(100, 1.0))
-    held.observe(Window(100, 1.0))
-    held.observe(Window(100, 1.0))  # as much with half the streams: kept
+    held = StreamController(start=at_the_cap)
+    for _ in range(RESUME_WINDOWS + 2):
+        held.observe(Window(100, 1.0))  # the last: as much with half the streams, kept
     assert held.setting.streams == START_STREAMS // 4  # and fewer again tried
 
 
@@ -139,7 +144,8 @@ def test_a_step_that_pays_less_than_the_gain_is_undone() -> None:
     controller.observe(Window(100, 1.0))  # the start measured: try twice the streams
     assert controller.setting.streams == 2 * start.streams
     controller.observe(Window(int(100 * GAIN) - 1, 1.0))  # almost paid: not enough
-    assert controller.setting.streams == start.streams // 2  # undone; fewer tried next
+    # Undone; larger parts tried next (kept unless they deliver less: fewer requests).
+    assert controller.setting == Setting(start.streams, 2 * start.part_size_bytes)
 
 
 def test_parts_grow_where_every_request_waits_a_round_trip() -> None:
@@ -552,7 +558,8 @@ async def test_a_reads_last_requests_shrink_so_its_streams_end_together() -> Non
     # Four streams of up to 16 MiB parts: without the shares, 80 MiB went as five 16 MiB
     # requests, the fifth alone on the link for a whole part's time after the others ended.
     # A clock that stands still: no window measures anything, the setting stays put.
-    budget = RequestsInFlight(StreamController(streams=4), clock=lambda: 0.0)
+    start = Setting(4, 16 * MIB)
+    budget = RequestsInFlight(StreamController(streams=4, start=start), clock=lambda: 0.0)
     assert budget.setting == Setting(4, 16 * MIB)
     source = Recorded()
     size = 80 * MIB
@@ -569,17 +576,15 @@ async def test_a_reads_last_requests_shrink_so_its_streams_end_together() -> Non
     assert queued == 0
     assert [length for _, length in source.requests][:2] == [16 * MIB] * 2  # whole parts first
     assert all(length <= 16 * MIB // SHARE_FLOOR for _, length in source.requests[-4:])
-    assert len(source.requests) <= 5 + 4 * 2  # the floor bounds what the shares add
+    assert len(source.requests) <= 5 + 4  # the floor bounds what the shares add
 
 
 def test_the_shares_count_every_read_that_shares_the_budget() -> None:
     # A model's reads share one budget: one read's tail is no tail while others still queue.
-    budget = RequestsInFlight(StreamController(streams=4))
-    budget.queue(24 * MIB)  # one read near its end: alone, its share would be 6 MiB
-    assert budget.request_limit() == 6 * MIB
+    budget = RequestsInFlight(StreamController(streams=4, start=Setting(4, 16 * MIB)))
+    budget.queue(40 * MIB)  # one read near its end: alone, a quarter each
+    assert budget.request_limit() == 10 * MIB
     budget.queue(64 * MIB)  # another read of the model, planned beside it
     assert budget.request_limit() == 16 * MIB  # whole parts while the streams stay full
-    budget.unqueue(64 * MIB + 8 * MIB)
-    assert budget.request_limit() == 4 * MIB  # 16 MiB queued: a quarter each
-    budget.unqueue(8 * MIB)
-    assert budget.request_limit() == 16 * MIB // SHARE_FLOOR  # never below a quarter part
+    budget.unqueue(80 * MIB)  # 24 MiB left: 6 MiB each, but
+    assert budget.request_limit() == 16 * MIB // SHARE_FLOOR  # never below half a part

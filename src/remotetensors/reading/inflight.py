@@ -37,7 +37,7 @@ from .streams import Setting, StreamController, Window
 
 log = logging.getLogger("remotetensors")
 
-SHARE_FLOOR = 4
+SHARE_FLOOR = 2
 """The last requests' shares go no lower than the part size divided by this."""
 
 SATURATED_SHARE = 0.75
@@ -140,9 +140,9 @@ class RequestsInFlight:
         share it, and one read's tail is not the streams' while others still queue."""
         part = self._setting.part_size_bytes
         share = -(-self._queued // self._setting.streams)
-        # Not below a quarter of a part: the shares shrink geometrically, and to a granule
-        # they cost a request per stream per halving (30 for a 45 MiB tensor on 8 streams);
-        # a quarter part ends the streams within a quarter of a part's time of each other.
+        # Not below half a part: the shares shrink geometrically, and down to a granule they
+        # cost a request per stream per halving (30 for a 45 MiB tensor on 8 streams, 10
+        # with this floor); the streams still end within half a part's time of each other.
         return max(1, min(part, max(share, part // SHARE_FLOOR)))
 
     async def acquire(self) -> Ticket:

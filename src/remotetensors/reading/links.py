@@ -1,10 +1,10 @@
 """What each link taught the stream controller, kept per origin: across the files of a model,
 the models of a process and, through the cache folder, the processes of a machine.
 
-A fresh :class:`~.streams.StreamController` climbs from round two's layout (8 streams of
-16 MiB) and needs a few windows of a read to find the link's setting: on a link that caps each
-connection at 100 MB/s, a 512 MiB tensor's first window alone (128 MiB at 8 streams) took 0.18
-of its 0.45 s, and a file read after it climbed again from the start. So the setting a
+A fresh :class:`~.streams.StreamController` climbs from 8 streams of 8 MiB and needs a few
+windows of a read to find the link's setting: on a link that caps each connection at 100 MB/s,
+a 512 MiB tensor's first window alone (128 MiB at 8 streams, when parts started at 16 MiB) took
+0.18 of its 0.45 s, and a file read after it climbed again from the start. So the setting a
 controller keeps (once a window measured it) is remembered for the origin it read from
 (scheme, host and port; a bucket for object stores; the hub's CDN as one), and the next
 controller of that origin starts there. It still climbs from there (links change): a
