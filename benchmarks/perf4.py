@@ -716,33 +716,7 @@ def local(
         "```",
         "",
     ]
-    medians = {
-        m.group(1).strip(): float(m.group(3))
-        for m in map(perf3.LOCAL_LINE.match, out.splitlines())
-        if m is not None
-    }
-    pairs = [
-        (f"{args.size_mib} MiB tensor", "remotetensors big", "safetensors big"),
-        (
-            "2,000 tensors, one call each",
-            "remotetensors 2000 tensors, one call each",
-            "safetensors 2000 tensors, one call each",
-        ),
-        (
-            "2,000 tensors, one call for all",
-            "remotetensors 2000 tensors, one call for all",
-            "safetensors 2000 tensors, one call each",
-        ),
-    ]
-    ratios = [
-        [what, f"{medians[a]:.1f} ms", f"{medians[b]:.1f} ms", f"{medians[a] / medians[b]:.2f}"]
-        for what, a, b in pairs
-        if a in medians and b in medians
-    ]
-    report += [
-        run.table(["read", "ours, median", "safetensors, median", "time ours/theirs"], ratios),
-        "",
-    ]
+    report += [*perf3.local_ratios(out, f"{args.size_mib} MiB tensor"), ""]
     for path in [tensor, *(folder / name for name, _ in spec.shards)]:
         path.read_bytes()  # the page cache warm for every run
     size = data_bytes_of(tensor)
