@@ -2,7 +2,7 @@
 
 Each requested range has a destination buffer. Bytes already held in memory (the first window of
 the file) are copied from there; the rest is planned by :func:`~remotetensors.ranges.plan_reads`
-in small parts (:attr:`.budget.RequestsInFlight.granule_bytes`) and fetched as requests of one or
+in small parts (:attr:`.inflight.RequestsInFlight.granule_bytes`) and fetched as requests of one or
 several consecutive parts, up to the part size that the stream budget (a file's, or a model's,
 shared by all of its calls) says now, as many at once as it allows: the budget measures the
 requests and its controller adapts both numbers to the link (:mod:`.streams`), unless

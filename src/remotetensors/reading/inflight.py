@@ -63,6 +63,9 @@ class RequestsInFlight:
     Args:
         controller: decides the streams and part size from the windows measured here.
         clock: seconds, monotonic (the controller has no clock of its own; this is it).
+        memory: where the setting the controller keeps is remembered for ``origin`` (see
+            :mod:`.links`), or None.
+        origin: the origin the requests go to, as :func:`.links.origin_of` names it.
     """
 
     def __init__(
