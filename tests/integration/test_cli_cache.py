@@ -6,11 +6,14 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from remotetensors.cli import main
+from remotetensors.reading.links import FILE_NAME, LinkMemory
+from remotetensors.reading.streams import Setting
 from remotetensors.sources.cache.store import CacheStore
 from tests.hub_standin import LFS_THRESHOLD, HubStandIn
 from tests.integration.test_cli import run
@@ -61,10 +64,13 @@ def test_cache_info_ls_prune_and_clear(
     assert (pruned["removed"], pruned["freed_bytes"], pruned["entries"]) == (entries, size, 0)
     assert run(capsys, "params", "hf://org/a", "--json")[0] == 0
     entries = CacheStore(folder).usage()[0]
+    links = Path(folder) / FILE_NAME
+    LinkMemory(links).remember("http://127.0.0.1:9", Setting(16, 8 << 20))
     status, out, _ = run(capsys, "cache", "clear")
     assert status == 0
     assert f"removed: {entries}" in out
     assert CacheStore(folder).usage() == (0, 0)
+    assert not links.exists()  # what the links taught goes too
     status, _, err = run(capsys, "cache", "prune")
     assert status == 1
     assert "--max-size" in err

@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("remotetensors")
 
-__all__ = ["FORGET_AFTER_SECONDS", "LinkMemory", "memory_for", "origin_of"]
+__all__ = ["FORGET_AFTER_SECONDS", "LinkMemory", "forget_all", "memory_for", "origin_of"]
 
 FORGET_AFTER_SECONDS = 24 * 3600.0
 """A setting not confirmed for this long (seconds) is forgotten."""
@@ -189,3 +189,13 @@ def memory_for(options: ReadOptions) -> LinkMemory | None:
         if memory is None:
             memory = _memories[path] = LinkMemory(path)
         return memory
+
+
+def forget_all(folder: Path) -> None:
+    """Forget every origin's setting kept in the cache folder ``folder`` (its file, and this
+    process's memory of it): ``remotetensors cache clear``."""
+    path = folder / FILE_NAME
+    with _memories_lock:
+        _memories.pop(path, None)
+    with contextlib.suppress(OSError):
+        path.unlink()
