@@ -29,9 +29,10 @@ Sections (``--only`` takes their names):
     4, 8, 16; perf3's ``SHARES``). ``remotetensors, cold``: ``rt.safe_open(URL).get_tensor``
     at the defaults, a fresh empty cache folder per run; ``remotetensors, warm``: the same, with
     one cache folder shared by all its runs on that link, primed by one untimed run before the
-    timed ones (the header, and ``links.json``: what the origin's link taught the reader). obstore: ``HTTPStore.from_url(base)`` and one ``get_range_async(start=0,
-    end=size)``; ``get_ranges_async`` of 16 equal ranges (obstore coalesces ranges less than
-    1 MiB apart, so adjacent ones become one request: the requests column shows it); and the 16
+    timed ones (the header, and the entry of what the origin's link taught the reader).
+    obstore: ``HTTPStore.from_url(base)`` and one ``get_range_async(start=0, end=size)``;
+    ``get_ranges_async`` of 16 equal ranges (obstore coalesces ranges less than 1 MiB apart,
+    so adjacent ones become one request: the requests column shows it); and the 16
     ranges as 16 ``get_range_async`` under ``asyncio.gather`` (16 requests at once).
 ``model``
     A Llama-shaped checkpoint of about ``--model-gib`` GiB (TinyLlama-1.1B's layout, its hidden
@@ -585,7 +586,7 @@ def links(root: Path, tensor: Path, runs: int, env: Mapping[str, str]) -> list[s
         "every run in the order run; `worst / bar` and `median / bar` divide that row's worst "
         "run and median by the bar's median GB/s. `remotetensors, warm` shares one "
         "`REMOTETENSORS_CACHE` folder across its runs on a link, and one untimed run before the "
-        "timed ones primed it (the file's header, and in `links.json` the requests in flight and "
+        "timed ones primed it (the file's header, and in its link entry the requests in flight and "
         "their size that the origin's link taught the reader); `cold` starts each run with an "
         "empty folder. `peak - data`: the highest run's peak RSS beyond the "
         "tensor.",

@@ -26,7 +26,8 @@ import pytest
 
 import remotetensors as rt
 from remotetensors.reading import streams
-from remotetensors.reading.links import FILE_NAME
+from remotetensors.reading.links import LinkMemory
+from remotetensors.sources.cache.store import CacheStore
 from tests.hub_standin import HubStandIn
 from tests.rawservers import Paced, RawServer
 from tests.reference import write_reference
@@ -211,10 +212,10 @@ def test_a_second_process_starts_where_the_first_left_the_link(
     assert first_window(location, cache=True) == start  # nothing known of the link yet
 
     # The capped link taught more streams than the start; the folder keeps it for the origin.
-    kept = json.loads((own_cache / FILE_NAME).read_text())["origins"]
-    learnt = kept[server.url.rstrip("/")]
-    assert learnt["streams"] > streams.START_STREAMS
+    learnt = LinkMemory(CacheStore(own_cache)).recall(server.url.rstrip("/"))
+    assert learnt is not None
+    assert learnt.streams > streams.START_STREAMS
     # The next process's first window is at that setting (it still adapts from there).
-    assert first_window(location, cache=True) == (learnt["streams"], learnt["part_size_bytes"])
+    assert first_window(location, cache=True) == (learnt.streams, learnt.part_size_bytes)
     # Without the cache, nothing is kept or used: the start, as for an unknown link.
     assert first_window(location, cache=False) == start

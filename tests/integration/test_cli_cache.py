@@ -6,13 +6,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from remotetensors.cli import main
-from remotetensors.reading.links import FILE_NAME, LinkMemory
+from remotetensors.reading.links import LinkMemory
 from remotetensors.reading.streams import Setting
 from remotetensors.sources.cache.store import CacheStore
 from tests.hub_standin import LFS_THRESHOLD, HubStandIn
@@ -63,14 +62,14 @@ def test_cache_info_ls_prune_and_clear(
     pruned = json.loads(run(capsys, "cache", "prune", "--max-size", "0", "--json")[1])
     assert (pruned["removed"], pruned["freed_bytes"], pruned["entries"]) == (entries, size, 0)
     assert run(capsys, "params", "hf://org/a", "--json")[0] == 0
+    LinkMemory(CacheStore(folder)).remember("http://127.0.0.1:9", Setting(16, 8 << 20))
     entries = CacheStore(folder).usage()[0]
-    links = Path(folder) / FILE_NAME
-    LinkMemory(links).remember("http://127.0.0.1:9", Setting(16, 8 << 20))
     status, out, _ = run(capsys, "cache", "clear")
     assert status == 0
     assert f"removed: {entries}" in out
     assert CacheStore(folder).usage() == (0, 0)
-    assert not links.exists()  # what the links taught goes too
+    # What the links taught is an entry like the others: gone too.
+    assert LinkMemory(CacheStore(folder)).recall("http://127.0.0.1:9") is None
     status, _, err = run(capsys, "cache", "prune")
     assert status == 1
     assert "--max-size" in err

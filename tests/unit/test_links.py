@@ -5,7 +5,6 @@ budget of requests in flight start from it and teach it."""
 from __future__ import annotations
 
 import asyncio
-import json
 from pathlib import Path
 
 import pytest
@@ -13,7 +12,6 @@ import pytest
 from remotetensors.options import ReadOptions
 from remotetensors.reading.inflight import RequestsInFlight
 from remotetensors.reading.links import (
-    FILE_NAME,
     FORGET_AFTER_SECONDS,
     LinkMemory,
     memory_for,
@@ -28,14 +26,9 @@ from remotetensors.reading.streams import (
     StreamController,
     Window,
 )
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
+from remotetensors.sources.cache import keys
+from remotetensors.sources.cache.store import CacheStore
+from tests.unit.test_streams import Clock
 
 
 @pytest.mark.parametrize(
@@ -56,78 +49,73 @@ def test_origins_are_what_a_link_is_shared_by(location: str, origin: str | None)
 
 
 def test_a_setting_is_recalled_in_the_process_and_from_the_folder(tmp_path: Path) -> None:
-    path = tmp_path / FILE_NAME
     clock = Clock()
-    memory = LinkMemory(path, clock=clock)
+    memory = LinkMemory(CacheStore(tmp_path), clock=clock)
     assert memory.recall("http://h:1") is None
     memory.remember("http://h:1", Setting(16, 8 * MIB))
     assert memory.recall("http://h:1") == Setting(16, 8 * MIB)
     assert memory.recall("http://h:2") is None
-    # Another process (a new memory on the same file) starts where this one ended.
-    assert LinkMemory(path, clock=clock).recall("http://h:1") == Setting(16, 8 * MIB)
+    # Another process (a new memory on the same folder) starts where this one ended.
+    assert LinkMemory(CacheStore(tmp_path), clock=clock).recall("http://h:1") == Setting(
+        16, 8 * MIB
+    )
+    # An entry of the cache like the others: listed, and cleared with them.
+    assert [(e.kind, e.shown) for e in CacheStore(tmp_path).entries()] == [("link", "http://h:1")]
+    CacheStore(tmp_path).clear()
+    assert LinkMemory(CacheStore(tmp_path), clock=clock).recall("http://h:1") is None
 
 
 def test_a_setting_not_confirmed_for_a_day_is_forgotten(tmp_path: Path) -> None:
     clock = Clock()
-    memory = LinkMemory(tmp_path / FILE_NAME, clock=clock)
+    memory = LinkMemory(CacheStore(tmp_path), clock=clock)
     memory.remember("http://h:1", Setting(16, 8 * MIB))
     clock.now += FORGET_AFTER_SECONDS - 1
     assert memory.recall("http://h:1") == Setting(16, 8 * MIB)
     memory.remember("http://h:1", Setting(16, 8 * MIB))  # confirmed: its age starts again
     clock.now += FORGET_AFTER_SECONDS - 1
     assert memory.recall("http://h:1") == Setting(16, 8 * MIB)
+    assert LinkMemory(CacheStore(tmp_path), clock=clock).recall("http://h:1") is not None
     clock.now += 2
     assert memory.recall("http://h:1") is None
-    assert LinkMemory(tmp_path / FILE_NAME, clock=clock).recall("http://h:1") is None
+    assert LinkMemory(CacheStore(tmp_path), clock=clock).recall("http://h:1") is None
 
 
 def test_processes_writing_other_origins_keep_each_others(tmp_path: Path) -> None:
-    path = tmp_path / FILE_NAME
-    first, second = LinkMemory(path), LinkMemory(path)
+    first, second = LinkMemory(CacheStore(tmp_path)), LinkMemory(CacheStore(tmp_path))
+    assert second.recall("http://a:1") is None  # read before the first wrote
     first.remember("http://a:1", Setting(4, 16 * MIB))
-    second.remember("http://b:1", Setting(32, 4 * MIB))  # read the file before the first wrote
-    third = LinkMemory(path)
+    second.remember("http://b:1", Setting(32, 4 * MIB))
+    third = LinkMemory(CacheStore(tmp_path))
     assert third.recall("http://a:1") == Setting(4, 16 * MIB)
     assert third.recall("http://b:1") == Setting(32, 4 * MIB)
 
 
 @pytest.mark.parametrize(
-    "content",
+    "meta",
     [
-        "",
-        "{not json",
-        json.dumps({"version": 99, "origins": {}}),
-        json.dumps([1, 2]),
-        json.dumps({"version": 1, "origins": {"http://h:1": {"streams": -1}}}),
+        {},
+        {"streams": "many", "part_size_bytes": MIB, "at": 1e6},
+        {"streams": -1, "part_size_bytes": MIB, "at": 1e6},
+        {"streams": 4, "part_size_bytes": None, "at": 1e6},
     ],
 )
-def test_a_file_that_is_not_ours_is_no_memory_and_is_replaced(tmp_path: Path, content: str) -> None:
-    path = tmp_path / FILE_NAME
-    path.write_text(content)
-    memory = LinkMemory(path)
+def test_an_entry_that_is_not_a_setting_is_no_memory_and_is_replaced(
+    tmp_path: Path, meta: dict[str, object]
+) -> None:
+    CacheStore(tmp_path).put(keys.link("http://h:1"), {"kind": "link", **meta})
+    memory = LinkMemory(CacheStore(tmp_path))
     assert memory.recall("http://h:1") is None
     memory.remember("http://h:1", Setting(2, MIB))
-    assert LinkMemory(path).recall("http://h:1") == Setting(2, MIB)
+    assert LinkMemory(CacheStore(tmp_path)).recall("http://h:1") == Setting(2, MIB)
 
 
 def test_a_folder_that_cannot_be_written_keeps_the_memory_in_the_process(tmp_path: Path) -> None:
     blocker = tmp_path / "a-file"
     blocker.write_text("not a folder")
-    memory = LinkMemory(blocker / FILE_NAME)
+    memory = LinkMemory(CacheStore(blocker / "cache"))
     memory.remember("http://h:1", Setting(2, MIB))  # no error
     assert memory.recall("http://h:1") == Setting(2, MIB)
-
-
-def test_the_cache_folders_memory_unless_the_cache_or_a_pin_keeps_it_out(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("REMOTETENSORS_CACHE", str(tmp_path))
-    memory = memory_for(ReadOptions())
-    assert memory is not None
-    assert memory is memory_for(ReadOptions(max_gap_bytes=0))
-    assert memory_for(ReadOptions(cache=False)) is None
-    assert memory_for(ReadOptions(max_concurrency=4)) is None
-    assert memory_for(ReadOptions(part_size_bytes=MIB)) is None
+    assert LinkMemory(None).recall("http://h:1") is None  # a memory of no folder keeps nothing
 
 
 # --- the controller and the budget ------------------------------------------------------------
@@ -172,11 +160,8 @@ async def test_the_budget_starts_where_its_origin_left_off_and_teaches_it(
     for ticket in tickets:
         first.release(ticket, 16 * MIB)
     learnt = Setting(START_STREAMS, START_PART_BYTES)
-    on_disk = json.loads((tmp_path / FILE_NAME).read_text())["origins"]["http://127.0.0.1:9"]
-    assert (on_disk["streams"], on_disk["part_size_bytes"]) == (
-        learnt.streams,
-        learnt.part_size_bytes,
-    )
+    # In the folder, for the next process.
+    assert LinkMemory(CacheStore(tmp_path)).recall("http://127.0.0.1:9") == learnt
     memory = memory_for(ReadOptions())
     assert memory is not None
     memory.remember("http://127.0.0.1:9", Setting(24, 4 * MIB))

@@ -3,8 +3,7 @@
 ``info`` says where the folder is and what it holds (entries, bytes, the bound, whether offline
 mode is on); ``ls`` lists the entries, least recently used first; ``prune`` removes entries unused
 for ``--older-than`` and then the least recently used until the folder holds ``--max-size``
-(entries that are not whole go too); ``clear`` removes every entry, and what each origin's
-link taught the reader (``links.json``, see :mod:`..reading.links`). ``--json`` on each.
+(entries that are not whole go too); ``clear`` removes every entry. ``--json`` on each.
 """
 
 from __future__ import annotations
@@ -82,10 +81,7 @@ def run(args: argparse.Namespace) -> int:
         removed, freed = store.prune(max_bytes=max_bytes, older_than_seconds=age)
         _done(args, store, removed, freed)
     else:
-        from ..reading.links import forget_all
-
         removed, freed = store.clear()
-        forget_all(store.folder)  # what each origin's link taught goes too
         _done(args, store, removed, freed)
     return 0
 

@@ -42,6 +42,7 @@ __all__ = [
     "hub_onecall",
     "hub_ref",
     "hub_support",
+    "link",
     "object_latest",
     "object_version",
     "strong_validator",
@@ -86,6 +87,12 @@ def hub_onecall(endpoint: str, repo_id: str, commit: str, index_path: str) -> st
 def hub_support(endpoint: str) -> str:
     """Whether an endpoint has the one-call metadata route (learnt once, kept)."""
     return _key("hub-onecall-route", endpoint)
+
+
+def link(origin: str) -> str:
+    """The streams and part size the link to ``origin`` taught the reader last (see
+    ``reading/links.py``)."""
+    return _key("link", origin)
 
 
 def http_version(url: str, validator: str, size: int) -> str:
