@@ -37,6 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.hub_standin import HubStandIn
 
 import remotetensors as rt
+from remotetensors.options import DEFAULT_SCAN_CONCURRENCY
 from remotetensors.sources.hub import repo as hub_repo
 
 
@@ -114,7 +115,7 @@ def _serve(pipe: Any, repos: int, header_kb: int) -> None:
             return
 
 
-CONCURRENCY = 16  # rt.scan's default (--concurrency)
+CONCURRENCY = DEFAULT_SCAN_CONCURRENCY  # rt.scan's default (--concurrency)
 
 
 def ours(repos: list[str]) -> tuple[float, dict[str, int]]:
@@ -183,7 +184,12 @@ def main() -> None:
     parser.add_argument("--latency-ms", type=float, default=50)
     parser.add_argument("--header-kb", type=int, default=650)
     parser.add_argument("--calls", type=int, default=20)
-    parser.add_argument("--concurrency", type=int, default=16, help="rt.scan's models at once")
+    parser.add_argument(
+        "--concurrency",
+        type=int,
+        default=DEFAULT_SCAN_CONCURRENCY,
+        help="rt.scan's models at once (default: rt.scan's own)",
+    )
     args = parser.parse_args()
     global CONCURRENCY
     CONCURRENCY = args.concurrency

@@ -67,7 +67,7 @@ if TYPE_CHECKING:
     from .views.explore import TensorView
     from .views.stats import TensorStats
 
-__version__ = "0.1.0"
+from .version import __version__
 
 _LAZY: dict[str, str] = {
     **dict.fromkeys(["verify_checksum", "verify_checksum_async"], ".models.checksum"),

@@ -21,7 +21,7 @@ SOURCE = Path(__file__).resolve().parents[2] / "src" / PACKAGE
 # torch.distributed.checkpoint.
 FACES = {"dcp", "torch"}
 # The values: they import only each other (see ARCHITECTURE.md).
-VALUES = {"dtypes", "errors", "hooks", "index", "options", "ranges", "redact", "status"}
+VALUES = {"dtypes", "errors", "hooks", "index", "options", "ranges", "redact", "status", "version"}
 PACKAGES = {
     "cli",
     "formats",

@@ -91,3 +91,20 @@ def test_they_are_imported_when_used() -> None:
         "open_source('memory://x/y.safetensors')"
     )
     assert loaded_after(body) == ["fsspec", "ml_dtypes"]
+
+
+def test_the_user_agent_names_the_installed_version_without_importlib_metadata() -> None:
+    # The version is a constant (remotetensors.version), kept equal to the distribution's:
+    # every request names it, and looking it up through importlib.metadata cost ~50 ms.
+    import importlib.metadata
+
+    from remotetensors.sources.http.policy import user_agent
+    from remotetensors.version import __version__
+
+    assert __version__ == importlib.metadata.version("remotetensors")
+    assert user_agent() == f"remotetensors/{__version__}"
+    body = (
+        "from remotetensors.sources.http.policy import user_agent\n"
+        "assert user_agent().startswith('remotetensors/')"
+    )
+    assert loaded_after(body, ("importlib.metadata",)) == []

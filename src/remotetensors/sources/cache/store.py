@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import itertools
 import json
 import logging
 import os
@@ -61,6 +62,7 @@ _DIGEST = 32
 _LENGTH = struct.Struct("<I")
 _HEAD = len(MAGIC) + _DIGEST + _LENGTH.size
 _PART = ".part"
+_JSON = json.JSONEncoder(separators=(",", ":"))
 _STALE_PART_SECONDS = 3600.0
 """A ``.part`` file older than this is a write that never finished (its process died)."""
 
@@ -129,9 +131,17 @@ def key_hash(key: str) -> str:
 
 def encode(key: str, meta: Mapping[str, Any], payload: bytes) -> bytes:
     """An entry's bytes (see the module); ``meta`` gains the key's hash."""
-    text = json.dumps({**meta, "key": key_hash(key)}, separators=(",", ":")).encode()
-    body = _LENGTH.pack(len(text)) + text + payload
-    return MAGIC + hashlib.sha256(body).digest() + body
+    return _encode(key_hash(key), meta, payload)
+
+
+def _encode(digest: str, meta: Mapping[str, Any], payload: bytes) -> bytes:
+    """:func:`encode`, given the key's hash."""
+    text = _JSON.encode({**meta, "key": digest}).encode()
+    head = _LENGTH.pack(len(text))
+    checksum = hashlib.sha256(head)
+    checksum.update(text)
+    checksum.update(payload)
+    return b"".join((MAGIC, checksum.digest(), head, text, payload))
 
 
 def decode(data: bytes, key: str | None) -> Entry | None:
@@ -172,17 +182,21 @@ class CacheStore:
         self.folder = Path(folder)
         self.max_bytes = max_bytes
         self._entries = self.folder / "entries"
+        self._entries_name = os.fspath(self._entries)  # str paths: a scan writes thousands
         self._lock = threading.Lock()
         self._total: int | None = None  # bytes in the folder, as this process last knew them
-        self._serial = 0
+        self._serial = itertools.count(1)  # next() is atomic: no lock for names
 
     def __repr__(self) -> str:
         return f"CacheStore({str(self.folder)!r}, max_bytes={self.max_bytes})"
 
     def path_of(self, key: str) -> Path:
         """The file of ``key``'s entry."""
-        digest = key_hash(key)
-        return self._entries / digest[:2] / digest
+        return Path(self._name_of(key_hash(key)))
+
+    def _name_of(self, digest: str) -> str:
+        """The file of the entry whose key hashes to ``digest``, as a str."""
+        return f"{self._entries_name}{os.sep}{digest[:2]}{os.sep}{digest}"
 
     # --- reading and writing ---------------------------------------------------------------------
 
@@ -190,7 +204,7 @@ class CacheStore:
         """The entry of ``key``, or None (a miss: absent, or not whole and now dropped).
 
         Touches the entry (its modification time), so that eviction keeps it longest."""
-        path = self.path_of(key)
+        path = self._name_of(key_hash(key))
         read = _read(path)
         if read is None:
             return None
@@ -200,7 +214,7 @@ class CacheStore:
             log.debug(
                 "cache entry %s is not whole (corrupted, truncated or foreign): dropped", path
             )
-            self._drop_read(path, seen)
+            self._drop_read(Path(path), seen)
             return None
         # Removed meanwhile, or a read-only folder: the entry was whole all the same.
         with contextlib.suppress(OSError):
@@ -213,21 +227,26 @@ class CacheStore:
         Returns:
             Whether the entry was written (False when the folder cannot be written; logged).
         """
-        data = encode(key, meta, payload)
-        path = self.path_of(key)
-        part = self._part_of(path)
+        digest = key_hash(key)
+        data = _encode(digest, meta, payload)
+        path = self._name_of(digest)
+        part = self._part_name(path)
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
             try:
-                old = path.stat().st_size
+                old = os.stat(path).st_size
             except OSError:
                 old = 0
-            with open(part, "wb") as handle:
+            try:
+                handle = open(part, "wb")  # noqa: SIM115 (closed below, after the retry)
+            except FileNotFoundError:  # the entry's folder, made by its first write only
+                os.makedirs(os.path.dirname(part), exist_ok=True)
+                handle = open(part, "wb")  # noqa: SIM115
+            with handle:
                 handle.write(data)
             os.replace(part, path)
         except OSError as exc:
             log.debug("cache entry %s not written: %s", path, exc)
-            self._remove(part)
+            self._remove(Path(part))
             return False
         self._grew(len(data) - old)
         return True
@@ -378,10 +397,12 @@ class CacheStore:
     def _part_of(self, path: Path) -> Path:
         """A name beside ``path`` that no other write or drop uses, in this process or another
         (a ``.part`` file: reads ignore it, :meth:`prune` removes it once stale)."""
-        with self._lock:
-            self._serial += 1
-            serial = self._serial
-        return path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.{serial}{_PART}")
+        return Path(self._part_name(os.fspath(path)))
+
+    def _part_name(self, path: str) -> str:
+        """:meth:`_part_of`, as a str."""
+        serial = next(self._serial)
+        return f"{path}.{os.getpid()}.{threading.get_ident()}.{serial}{_PART}"
 
     def _drop_read(self, path: Path, seen: os.stat_result) -> bool:
         """Remove the entry at ``path`` that was read as not whole, ``seen`` being the status of
@@ -418,7 +439,7 @@ class CacheStore:
         return False
 
 
-def _read(path: Path) -> tuple[bytes, os.stat_result] | None:
+def _read(path: str | Path) -> tuple[bytes, os.stat_result] | None:
     """The bytes of the file at ``path`` and its status (of the file opened, whatever replaces
     it meanwhile), or None when it cannot be read."""
     try:
@@ -471,15 +492,35 @@ def cache_max_bytes() -> int:
 
 
 _stores: dict[tuple[Path, int], CacheStore] = {}
+_named: dict[tuple[str | None, ...], CacheStore] = {}
 _stores_lock = threading.Lock()
+_PLATFORM_NAMING = ("XDG_CACHE_HOME", "HOME", "LOCALAPPDATA")
+"""The variables ``platformdirs`` reads for the user cache folder (when :data:`CACHE_VARIABLE`
+is unset)."""
 
 
 def default_store() -> CacheStore:
     """The store of the folder and bound the environment names now (one per pair, per
-    process: its count of the folder's bytes is shared by the models that use it)."""
+    process: its count of the folder's bytes is shared by the models that use it).
+
+    Raises:
+        ValueError: as :func:`cache_max_bytes`.
+    """
+    # Asked for by every file a model opens: the variables' values find it without a path.
+    environ = os.environ
+    named: tuple[str | None, ...] = (
+        environ.get(CACHE_VARIABLE),
+        environ.get(MAX_BYTES_VARIABLE),
+    )
+    if named[0] is None:
+        named += tuple(environ.get(name) for name in _PLATFORM_NAMING)
+    store = _named.get(named)
+    if store is not None:
+        return store
     folder, limit = cache_folder(), cache_max_bytes()
     with _stores_lock:
         store = _stores.get((folder, limit))
         if store is None:
             store = _stores[(folder, limit)] = CacheStore(folder, max_bytes=limit)
+        _named[named] = store
         return store

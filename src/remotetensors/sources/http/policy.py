@@ -21,6 +21,7 @@ from urllib.parse import urlsplit
 
 from ...errors import RequestTimeoutError, TransportError
 from ...redact import redact_url
+from ...version import __version__
 from ..ratelimit import retry_after_seconds
 
 if TYPE_CHECKING:
@@ -76,13 +77,7 @@ def user_agent() -> str:
     (``remotetensors/0.1.0``), so that a server can tell it apart from a default client
     (CloudFront strips the hub's ``X-Xet-Hash`` from cache hits served to default agents) and
     a hub's operators know who asks."""
-    import importlib.metadata  # here: it costs an import that most commands never need
-
-    try:
-        version = importlib.metadata.version("remotetensors")
-    except importlib.metadata.PackageNotFoundError:  # run from a source tree, not installed
-        version = "0+unknown"
-    return f"remotetensors/{version}"
+    return f"remotetensors/{__version__}"
 
 
 def agent_header(headers: Mapping[str, str]) -> str:
