@@ -218,3 +218,33 @@ def test_offsets_and_sizes_checked_by_columns(
     assert assert_rows_sound(columns) is fast
     data_end = max(stop for *_, stop in tensors)
     assert_agrees(raw_file(text, b"\0" * min(data_end, 64)))  # huge ones fail before size
+
+
+@pytest.mark.parametrize("enabled", [True, False], ids=["gc on", "gc off"])
+@pytest.mark.parametrize("valid", [True, False], ids=["valid", "rejected"])
+def test_the_collector_is_paused_while_parsing_and_left_as_it_was(
+    enabled: bool, valid: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import gc
+
+    seen: list[bool] = []
+    read = fmt._read_json_fast
+
+    def spying(text: str) -> Any:
+        seen.append(gc.isenabled())
+        return read(text)
+
+    monkeypatch.setattr(fmt, "_read_json_fast", spying)
+    header = json.dumps({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}).encode()
+    was = gc.isenabled()
+    (gc.enable if enabled else gc.disable)()
+    try:
+        if valid:
+            fmt.parse_header(header, file_size=8 + len(header) + 8)
+        else:
+            with pytest.raises(HeaderError):
+                fmt.parse_header(header, file_size=8 + len(header) + 7)
+        assert gc.isenabled() is enabled  # a raise on the way out leaves it as it was too
+    finally:
+        (gc.enable if was else gc.disable)()
+    assert seen == [False]
