@@ -535,6 +535,9 @@ class AsyncModel:
     async def aclose(self) -> None:
         """Release every file's connections; later reads raise FileClosedError."""
         self._closed = True
+        for file in self._files.values():
+            if isinstance(file, LazyTensorFile):
+                file.on_open = None  # it names this model: a cycle for the collector otherwise
         await self._resources.aclose()
 
     async def __aenter__(self) -> AsyncModel:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import os
 import posixpath
@@ -152,7 +153,9 @@ class HubPath:
 
     def child(self, name: str) -> HubPath:
         """The location of ``name`` inside this path."""
-        return replace(self, path=f"{self.path}/{name}" if self.path else name)
+        # The constructor, not dataclasses.replace: every file a model opens asks for one.
+        path = f"{self.path}/{name}" if self.path else name
+        return HubPath(self.repo_type, self.repo_id, self.revision, path)
 
     def __str__(self) -> str:
         prefix = _TYPE_PREFIXES[self.repo_type]
@@ -250,7 +253,7 @@ class HubRepo:
         """A cache key of this repo: ``make(endpoint, type, repo, *parts)``."""
         return make(self.endpoint, self.repo.repo_type, self.repo.repo_id, *parts)
 
-    @property
+    @functools.cached_property
     def shown(self) -> str:
         """The repo at the revision asked for, as messages name it."""
         return str(replace(self.repo, path=""))
