@@ -37,8 +37,9 @@ import numpy as np
 
 from ..errors import HeaderError, HeaderErrorKind
 from ..index import FileIndex, TensorInfo, TensorTable
+from .magic import GGUF_MAGIC
 
-MAGIC = b"GGUF"
+MAGIC = GGUF_MAGIC
 SUPPORTED_VERSIONS = (2, 3)
 DEFAULT_ALIGNMENT = 32
 
@@ -732,11 +733,6 @@ class HeaderParser:
 
 
 # --- whole-buffer helpers and read planning ----------------------------------------------------
-
-
-def looks_like_gguf(first_bytes: bytes | bytearray | memoryview) -> bool:
-    """Whether a file starts with the GGUF magic."""
-    return bytes(first_bytes[:4]) == MAGIC
 
 
 def parse_header(

@@ -8,8 +8,6 @@ import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from .gguf import FILE_TYPES
-
 if TYPE_CHECKING:
     from ..index import TensorInfo
 
@@ -85,6 +83,8 @@ def describe(metadata: Mapping[str, Any], tensors: Mapping[str, TensorInfo]) -> 
 def quantization(metadata: Mapping[str, Any], tensors: Mapping[str, TensorInfo]) -> str | None:
     """The model's quantization: ``general.file_type`` by llama.cpp's name (``Q4_K_M``), else the
     GGML type holding the most bytes."""
+    from .gguf import FILE_TYPES  # here: GGUF's parser only for GGUF models
+
     file_type = metadata.get("general.file_type")
     if isinstance(file_type, int) and file_type in FILE_TYPES:
         return FILE_TYPES[file_type]

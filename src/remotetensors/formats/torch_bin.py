@@ -19,8 +19,9 @@ from types import MappingProxyType
 
 from ..errors import HeaderError, HeaderErrorKind
 from ..index import FileIndex, Row, TensorLayout, TensorTable
+from .magic import looks_like_legacy
 from .torch_globals import TensorRef, item_bytes
-from .torch_pickle import looks_like_legacy, read_pickle
+from .torch_pickle import read_pickle
 from .torch_zip import (
     Archive,
     HeldBytes,
@@ -29,11 +30,10 @@ from .torch_zip import (
     check_local_header,
     legacy_error,
     local_data_start,
-    looks_like_zip,
     read_archive,
 )
 
-__all__ = ["FORMAT", "StoragePlace", "TorchIndex", "looks_like_torch_file", "read_bin"]
+__all__ = ["FORMAT", "StoragePlace", "TorchIndex", "read_bin"]
 
 FORMAT = "pytorch"
 """:attr:`~remotetensors.index.FileIndex.format` of a ``torch.save`` file."""
@@ -41,12 +41,6 @@ FORMAT = "pytorch"
 BYTEORDER_REACH_BYTES = 4096
 """The ``byteorder`` record is read with ``data.pkl`` when it ends at most this far after it
 (torch writes it right after, a few hundred bytes on)."""
-
-
-def looks_like_torch_file(data: bytes) -> bool:
-    """Whether a file's first bytes are those of a PyTorch file: a zip, or the legacy format
-    (which :func:`read_bin` then names in its error)."""
-    return looks_like_zip(data) or looks_like_legacy(data)
 
 
 @dataclass(frozen=True, slots=True)

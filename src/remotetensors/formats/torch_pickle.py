@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import HeaderError, HeaderErrorKind
+from .magic import TORCH_LEGACY_MAGIC
 from .torch_globals import (
     Global,
     ODict,
@@ -46,11 +47,10 @@ __all__ = [
     "PickledTensors",
     "StorageRef",
     "TensorRef",
-    "looks_like_legacy",
     "read_pickle",
 ]
 
-LEGACY_MAGIC = b"\x80\x02\x8a\x0al\xfc\x9cF\xf9 j\xa8P\x19"
+LEGACY_MAGIC = TORCH_LEGACY_MAGIC
 """How a file of the legacy format (``torch.save`` before 1.6, or with
 ``_use_new_zipfile_serialization=False``) starts: a protocol-2 pickle of its magic number."""
 
@@ -85,11 +85,6 @@ class PickledTensors:
 
     tensors: dict[str, TensorRef]
     storages: dict[str, StorageRef]
-
-
-def looks_like_legacy(data: bytes) -> bool:
-    """Whether ``data`` starts as a file of the legacy format does."""
-    return data.startswith(LEGACY_MAGIC)
 
 
 class _Machine:

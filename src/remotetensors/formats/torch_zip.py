@@ -30,7 +30,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from ..errors import HeaderError, HeaderErrorKind
-from .torch_pickle import LEGACY_MAGIC, MAX_PICKLE_BYTES, looks_like_legacy
+from .magic import ZIP_LOCAL_MAGIC, looks_like_legacy
+from .torch_pickle import LEGACY_MAGIC, MAX_PICKLE_BYTES
 
 __all__ = [
     "EOCD_SEARCH_BYTES",
@@ -45,7 +46,6 @@ __all__ = [
     "check_local_header",
     "legacy_error",
     "local_data_start",
-    "looks_like_zip",
     "read_archive",
 ]
 
@@ -53,7 +53,7 @@ _EOCD = b"PK\x05\x06"
 _LOCATOR = b"PK\x06\x07"
 _EOCD64 = b"PK\x06\x06"
 _CENTRAL = b"PK\x01\x02"
-_LOCAL = b"PK\x03\x04"
+_LOCAL = ZIP_LOCAL_MAGIC
 _EOCD_BYTES = 22
 _LOCATOR_BYTES = 20
 _EOCD64_BYTES = 56
@@ -83,11 +83,6 @@ class NeedBytes(Exception):
         super().__init__(start, end)
         self.start = start
         self.end = end
-
-
-def looks_like_zip(data: bytes) -> bool:
-    """Whether ``data`` (a file's first bytes) starts as a zip archive does."""
-    return data.startswith(_LOCAL)
 
 
 class HeldBytes:

@@ -24,7 +24,6 @@ from ..errors import (
     did_you_mean,
     warn_at_caller,
 )
-from ..formats.gguf_files import quantization as gguf_file_type
 from ..index import FileIndex, ModelIndex, TensorInfo
 from ..options import DEFAULT_CHUNK_BYTES, DEFAULT_ZARR_CHUNK_BYTES, ReadOptions
 from ..quantization import (
@@ -35,7 +34,6 @@ from ..quantization import (
     declared_total,
     stored_shape_tensors,
 )
-from ..quantization.gguf import config_from_gguf
 from ..quantization.memory import MemoryEstimate, estimate_memory
 from ..reading.fetch import gather_or_cancel
 from ..reading.hub_onecall import LazyTensorFile
@@ -199,6 +197,10 @@ class AsyncModel:
         files = self.index.files
         if not files or any(f.format != "gguf" for f in files.values()):
             return None
+        # Here: GGUF's modules only for GGUF models.
+        from ..formats.gguf_files import quantization as gguf_file_type
+        from ..quantization.gguf import config_from_gguf
+
         metadata = self.index.metadata or {}
         return config_from_gguf(metadata, file_type=gguf_file_type(metadata, self.tensors))
 

@@ -10,14 +10,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..formats.torch_bin import looks_like_torch_file
+from ..formats.magic import looks_like_torch_file
 from ..options import ReadOptions
 from ..sources.base import CountingSource
 from ..sources.names import names_torch_file
 from .file import AsyncTensorFile
 from .frameworks import check_framework
-from .gguf import AsyncGGUFFile
-from .torch_bin import open_torch_file
 from .window import index_after_prefix, read_index_now
 
 if TYPE_CHECKING:
@@ -35,16 +33,23 @@ async def open_tensor_file(
     if not isinstance(source, CountingSource):
         source = CountingSource(source)
     try:
+        # The GGUF and PyTorch readers (tens of milliseconds to import) only for their files.
         if names_torch_file(source.location):
+            from .torch_bin import open_torch_file
+
             return await open_torch_file(source, options=options, framework=framework)
         first = await source.open_prefix(options.header_window_bytes)
         if looks_like_torch_file(first.data):
+            from .torch_bin import open_torch_file
+
             return await open_torch_file(source, options=options, framework=framework, first=first)
         index, prefix = await index_after_prefix(source, first)
     except BaseException:
         await source.aclose()
         raise
     if index.format == "gguf":
+        from .gguf import AsyncGGUFFile
+
         return AsyncGGUFFile(source, index, prefix, options=options, framework=framework)
     return AsyncTensorFile(source, index, prefix, options=options, framework=framework)
 

@@ -6,11 +6,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..formats import parse_any_header
-from ..formats.gguf import looks_like_gguf
+from ..formats.magic import looks_like_gguf, looks_like_torch_file
 from ..formats.safetensors import PREFIX_BYTES, header_length
-from ..formats.torch_bin import looks_like_torch_file
 from ..sources.cache.source import read_metadata
-from .gguf import read_gguf_index
 
 if TYPE_CHECKING:
     from ..index import FileIndex
@@ -43,6 +41,8 @@ async def index_after_prefix(source: ByteSource, prefix: Prefix) -> tuple[FileIn
     if any, and the parser of its format."""
     data = prefix.data
     if looks_like_gguf(data):
+        from .gguf import read_gguf_index  # here: GGUF's parser only for GGUF files
+
         return await read_gguf_index(source, prefix)
     n = header_length(data, file_size=prefix.size, location=source.location)
     needed = PREFIX_BYTES + n

@@ -79,7 +79,7 @@ from .direct import RawRangeClient
 from .head import ResponseHeaders
 from .pin import VersionPin
 from .policy import agent_header, backoff_seconds, carried, gave_up, origin, user_agent
-from .selfcancel import withdraw_own_cancel
+from .selfcancel import Watch, withdraw_own_cancel
 from .tls import tls_error
 from .transport import (
     DISCARD,
@@ -454,60 +454,40 @@ class HttpSource(ByteSource):
         options = self._options
         meter = Meter()
         window = options.throughput_window_seconds
-        floor = options.min_bytes_per_second * window
+
+        def too_slow(received: int) -> RequestTimeoutError:
+            return RequestTimeoutError(
+                f"{self._shown}: {Asked(start, end, first, suffix=suffix).range_text()} "
+                f"arrived at {received / window:.0f} bytes/s over the last {window:g} s, below "
+                f"min_bytes_per_second={options.min_bytes_per_second:g}; the server is too "
+                "slow or stalling",
+                bound="min_bytes_per_second",
+            )
+
+        def past_deadline(received: int) -> RequestTimeoutError:
+            return self._deadline_passed(f"{received} bytes received by then")
+
         # One timer per window watches the attempt: when a bound trips it records why and
         # cancels this task, which runs the attempt itself (see .selfcancel).
-        task = asyncio.current_task()
-        assert task is not None
-        loop = asyncio.get_running_loop()
-        tripped: list[RequestTimeoutError] = []
-        mark = meter.bytes
-        timer: asyncio.TimerHandle | None = None
-
-        def arm() -> asyncio.TimerHandle:
-            timeout = window if deadline is None else min(window, deadline - time.monotonic())
-            return loop.call_later(max(timeout, 0.0), check)
-
-        def check() -> None:
-            # Runs only while the attempt is suspended (the timer is cancelled when it ends),
-            # so the cancellation lands inside it.
-            nonlocal mark, timer
-            if deadline is not None and time.monotonic() >= deadline:
-                tripped.append(self._deadline_passed(f"{meter.bytes} bytes received by then"))
-            elif meter.bytes - mark < floor:
-                tripped.append(
-                    RequestTimeoutError(
-                        f"{self._shown}: {Asked(start, end, first, suffix=suffix).range_text()} "
-                        "arrived at "
-                        f"{(meter.bytes - mark) / window:.0f} bytes/s over the last "
-                        f"{window:g} s, below min_bytes_per_second="
-                        f"{options.min_bytes_per_second:g}; the server is too slow or stalling",
-                        bound="min_bytes_per_second",
-                    )
-                )
-            else:
-                mark = meter.bytes
-                timer = arm()
-                return
-            task.cancel()
-
-        timer = arm()
+        watch = Watch(
+            meter,
+            window=window,
+            floor=options.min_bytes_per_second * window,
+            deadline=deadline,
+            too_slow=too_slow,
+            past_deadline=past_deadline,
+        )
         try:
             return await self._one_request(
                 start, end, buffer, first=first, meter=meter, suffix=suffix
             )
         except asyncio.CancelledError:
-            if tripped and withdraw_own_cancel(task):
-                raise tripped[0] from None
+            task = asyncio.current_task()
+            if watch.tripped and task is not None and withdraw_own_cancel(task):
+                raise watch.tripped[0] from None
             raise
         finally:
-            assert timer is not None
-            timer.cancel()
-            # arm and check name each other, and this frame names the task that holds it (an
-            # error's traceback, in the task, holds the frame): cycles that keep the task, its
-            # buffer and the source until the cyclic collector runs. A scan made two per
-            # request, and the collector's passes over them were a tenth of its CPU. Cut them.
-            del arm, check, task
+            watch.stop()
 
     def _refused_after_reresolve(self, expired: _Reresolve) -> Exception:
         """The error once the URL a redirect gave refused a read twice, the second time just
