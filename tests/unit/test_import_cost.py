@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -108,3 +109,28 @@ def test_the_user_agent_names_the_installed_version_without_importlib_metadata()
         "assert user_agent().startswith('remotetensors/')"
     )
     assert loaded_after(body, ("importlib.metadata",)) == []
+
+
+def test_a_safetensors_model_imports_no_other_formats_parser(tmp_path: Path) -> None:
+    # Every open sniffs the first bytes (formats.magic); GGUF's and PyTorch's parsers and
+    # readers (tens of milliseconds) are imported only for their files.
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    path = tmp_path / "model.safetensors"
+    save_file({"w": np.ones(4, np.float32)}, str(path))
+    parsers = (
+        "remotetensors.formats.gguf",
+        "remotetensors.formats.torch_bin",
+        "remotetensors.formats.torch_pickle",
+        "remotetensors.formats.torch_zip",
+        "remotetensors.reading.gguf",
+        "remotetensors.reading.torch_bin",
+    )
+    body = (
+        "import remotetensors as rt\n"
+        f"with rt.open_model({str(tmp_path)!r}) as m:\n"
+        "    assert m.parameter_count() == {'F32': 4}\n"
+        "    m.true_count\n"
+    )
+    assert loaded_after(body, parsers) == []
