@@ -757,6 +757,8 @@ def _split_userinfo(url: str) -> tuple[str, str | None]:
     The credentials go to the URL's own origin only (see ``HttpSource._headers``), never to a
     redirect target, and never appear in messages.
     """
+    if "@" not in url:
+        return url, None  # most URLs: no parsing
     parts = urlsplit(url)
     user, at, host = parts.netloc.rpartition("@")
     if not at:
