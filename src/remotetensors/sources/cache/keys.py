@@ -49,8 +49,13 @@ __all__ = [
 ]
 
 
+_ENCODER = json.JSONEncoder(separators=(",", ":"))
+"""``json.dumps(parts, separators=...)`` builds an encoder per call; every file opened asks for
+a few keys."""
+
+
 def _key(*parts: str) -> str:
-    return json.dumps(parts, separators=(",", ":"))
+    return _ENCODER.encode(parts)
 
 
 def hub_ref(endpoint: str, repo_type: str, repo_id: str, revision: str) -> str:
