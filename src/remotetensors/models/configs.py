@@ -91,6 +91,10 @@ async def read_small_file(place: Place, name: str, *, window_bytes: int) -> byte
 
 
 async def _read_one(place: Place, name: str) -> tuple[dict[str, Any] | None, str | None]:
+    # A config the cache knows to be missing (most repos' quantization_config.json) costs no
+    # source: a revisit, or an offline one, builds none for it.
+    if await place.known_absent(name):
+        return None, None
     location = place.location(name)
     try:
         data = await read_small_file(place, name, window_bytes=CONFIG_WINDOW_BYTES)

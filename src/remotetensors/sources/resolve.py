@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
 
-from ..errors import LocationError
+from ..errors import LocationError, RemoteTensorsError
 from ..redact import redact_url
 from .base import CountingSource, Traffic
 from .cache.offline import offline, offline_error
@@ -79,6 +79,13 @@ class Place(ABC):
             NotFoundError, PermissionDeniedError, TransportError.
         """
         return None
+
+    async def known_absent(self, name: str) -> bool:
+        """Whether file ``name`` is known not to exist, with no request and no source built: a
+        hub repo whose persistent cache says so at the visit's commit. False where nothing is
+        known (the file's own read then tells); never raises for the place's own failures,
+        which that read meets and reports."""
+        return False
 
 
 @dataclass
@@ -234,6 +241,16 @@ class HubPlace(Place):
 
     async def list_files(self) -> list[str] | None:
         return await self.repo.list_files(self.path.path)
+
+    async def known_absent(self, name: str) -> bool:
+        repo = self.repo
+        if repo.store is None:
+            return False
+        try:
+            await repo.settle()  # what the file's read would do first: shared, asked once
+        except RemoteTensorsError:
+            return False  # the file's own read meets it again and reports it
+        return repo.kept_kind(self.path.child(name).path) == "absent"
 
 
 def split_location(
