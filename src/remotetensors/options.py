@@ -93,8 +93,8 @@ class ReadOptions:
 DEFAULT_SCAN_CONCURRENCY = 64
 """Models opened at once by a scan (each opens its files concurrently as well). A hub model's
 first visit takes two or three rounds of requests: a 300-repo scan at 50 ms per request waits
-on those round trips at 16 (2.4 s) and still partly at 32 (1.5 s); at 64 it is bound by its
-own CPU (1.1 s on two cores), which a fuller event loop also spends less of per request. The
-hub's rate-limit buckets pace a scan whatever the number
-(:mod:`~remotetensors.sources.ratelimit`), and its memory does not grow with the count of
-models scanned (docs/guides/many-models.md)."""
+on those round trips at 16 (2.45 s) and still partly at 32 (1.8 s); at 64 it is bound by the
+client's CPU (1.45-1.8 s in a fresh process on two cores,
+``benchmarks/results/2026-11-29-hub2026.md``). The hub's rate-limit buckets pace a scan
+whatever the number (:mod:`~remotetensors.sources.ratelimit`), and its memory does not grow
+with the count of models scanned (docs/guides/many-models.md)."""
