@@ -39,7 +39,6 @@ from ..errors import HeaderError, HeaderErrorKind
 from ..index import FileIndex, TensorInfo, TensorTable
 from .magic import GGUF_MAGIC
 
-MAGIC = GGUF_MAGIC
 SUPPORTED_VERSIONS = (2, 3)
 DEFAULT_ALIGNMENT = 32
 
@@ -430,7 +429,7 @@ class HeaderParser:
         buf = self._buf
         while len(buf) < 4:
             yield self._need(4, "the magic")
-        if bytes(buf[:4]) != MAGIC:
+        if bytes(buf[:4]) != GGUF_MAGIC:
             raise self._error(
                 HeaderErrorKind.INVALID_MAGIC,
                 f"expected the magic b'GGUF' at byte 0, found {bytes(buf[:4])!r}",

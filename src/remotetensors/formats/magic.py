@@ -24,7 +24,8 @@ ZIP_LOCAL_MAGIC = b"PK\x03\x04"
 """A zip archive's first local file header (a PyTorch file since torch 1.6)."""
 
 TORCH_LEGACY_MAGIC = b"\x80\x02\x8a\x0al\xfc\x9cF\xf9 j\xa8P\x19"
-"""The legacy (pre-1.6) PyTorch format's first bytes: a pickled magic number."""
+"""How a file of PyTorch's legacy format (``torch.save`` before 1.6, or with
+``_use_new_zipfile_serialization=False``) starts: a protocol-2 pickle of its magic number."""
 
 
 def looks_like_gguf(first_bytes: bytes | bytearray | memoryview) -> bool:

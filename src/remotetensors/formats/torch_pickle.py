@@ -27,7 +27,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import HeaderError, HeaderErrorKind
-from .magic import TORCH_LEGACY_MAGIC
 from .torch_globals import (
     Global,
     ODict,
@@ -42,17 +41,12 @@ from .torch_globals import (
 )
 
 __all__ = [
-    "LEGACY_MAGIC",
     "MAX_PICKLE_BYTES",
     "PickledTensors",
     "StorageRef",
     "TensorRef",
     "read_pickle",
 ]
-
-LEGACY_MAGIC = TORCH_LEGACY_MAGIC
-"""How a file of the legacy format (``torch.save`` before 1.6, or with
-``_use_new_zipfile_serialization=False``) starts: a protocol-2 pickle of its magic number."""
 
 MAX_PICKLE_BYTES = 100_000_000
 """Largest ``data.pkl`` read (decimal bytes; one of exactly this size passes), as safetensors

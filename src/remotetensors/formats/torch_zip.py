@@ -30,8 +30,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from ..errors import HeaderError, HeaderErrorKind
-from .magic import ZIP_LOCAL_MAGIC, looks_like_legacy
-from .torch_pickle import LEGACY_MAGIC, MAX_PICKLE_BYTES
+from .magic import TORCH_LEGACY_MAGIC, ZIP_LOCAL_MAGIC, looks_like_legacy
+from .torch_pickle import MAX_PICKLE_BYTES
 
 __all__ = [
     "EOCD_SEARCH_BYTES",
@@ -53,7 +53,6 @@ _EOCD = b"PK\x05\x06"
 _LOCATOR = b"PK\x06\x07"
 _EOCD64 = b"PK\x06\x06"
 _CENTRAL = b"PK\x01\x02"
-_LOCAL = ZIP_LOCAL_MAGIC
 _EOCD_BYTES = 22
 _LOCATOR_BYTES = 20
 _EOCD64_BYTES = 56
@@ -507,7 +506,7 @@ def _find_eocd(held: HeldBytes, location: str) -> int:
         return tail_start + pos
     if tail_start > lowest:
         raise NeedBytes(lowest, tail_start)
-    if looks_like_legacy(held.get(0, min(size, len(LEGACY_MAGIC)))):
+    if looks_like_legacy(held.get(0, min(size, len(TORCH_LEGACY_MAGIC)))):
         raise legacy_error(location)
     raise _invalid(
         f"no end of central directory record in the last {min(size, EOCD_SEARCH_BYTES)} "
@@ -517,7 +516,7 @@ def _find_eocd(held: HeldBytes, location: str) -> int:
 
 
 def legacy_error(location: str) -> HeaderError:
-    """The error for a file of the legacy format (see :data:`.torch_pickle.LEGACY_MAGIC`)."""
+    """The error for a file of the legacy format (see :data:`.magic.TORCH_LEGACY_MAGIC`)."""
     return HeaderError(
         HeaderErrorKind.LEGACY_TORCH_FORMAT,
         "a bare pickle with its storages after it, which cannot be read without running it; "
@@ -617,7 +616,7 @@ def local_data_start(header: bytes, member: Member, *, location: str) -> int:
     at = member.local_offset
     if len(header) < LOCAL_HEADER_BYTES:
         raise NeedBytes(at, at + LOCAL_HEADER_BYTES)
-    if not header.startswith(_LOCAL):
+    if not header.startswith(ZIP_LOCAL_MAGIC):
         raise _invalid(f"no local header of {member.name} at byte {at}", location)
     (method,) = struct.unpack_from("<H", header, 8)
     name_len, extra_len = struct.unpack_from("<HH", header, 26)
